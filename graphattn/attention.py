@@ -1,0 +1,404 @@
+r"""EdgeAttention: the one sparse message-passing attention layer that consumes every edge set."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torch_geometric.nn import Linear, MessagePassing
+from torch_geometric.utils import segment
+
+from graphattn import trace as _trace
+from graphattn.edgeset import MODES, EdgeSet, as_edge_set
+from graphattn.kernels import permutation_gather, sddmm, segment_softmax, shared_source_attention
+from graphattn.producers.base import EdgeProducer, ProducerContext
+
+KERNELS = ("auto", "reference")
+
+
+class EdgeAttention(MessagePassing):
+    r"""Multi-head attention over an arbitrary :class:`~graphattn.EdgeSet`.
+
+    For every target node :math:`i`, head :math:`h` and in-edge :math:`j \to i` of the edge set:
+
+    .. math::
+        q_i = W_Q x_i,\quad k_j = W_K x_j + W_E e_{ji},\quad v_j = W_V x_j + W_E e_{ji}
+
+        \alpha_{ij}^h = \operatorname{softmax}_{j \to i}\Big(\frac{q_i^h \cdot k_j^h}{\sqrt{C}}
+            + b_{ji}^h\Big), \qquad
+        o_i^h = \sum_{j \to i} \operatorname{dropout}(\alpha_{ij}^h)\, w_{ji}^h\, v_j^h
+
+    (``"attention"`` mode), or :math:`o_i^h = \sum_{j \to i} w_{ji}^h v_j^h` (``"weighted"`` mode, no
+    :math:`W_Q, W_K` allocated). :math:`b` and :math:`w` are the edge set's ``bias`` and ``weight``;
+    :math:`x_j` for a source :math:`j \ge N` is row :math:`j - N` of the edge set's ``virtual_x``;
+    :math:`e_{ji}` are optional edge features (like :class:`~torch_geometric.nn.conv.TransformerConv`'s
+    ``edge_dim``). Targets without in-edges get :math:`o_i = 0`. The heads are concatenated
+    (``concat=True``, output ``[N, H·C]``) or averaged (``[N, C]``).
+
+    Structured edge sets take their fast path: shared sources → dense SDPA over the gathered
+    sources; permutation → a gather; operator → its ``matvec``. ``kernel="reference"`` forces the
+    explicit segment-softmax path on ``to_explicit()`` edges (the oracle the fast paths are tested
+    against).
+
+    Args:
+        in_channels (int): input size, ``-1`` for lazy initialisation.
+        out_channels (int): size :math:`C` of each head.
+        heads (int): number of heads :math:`H`.
+        concat (bool): concatenate (``True``) or average the heads.
+        dropout (float): dropout on the attention coefficients :math:`\alpha` (training only).
+        edge_dim (int, optional): edge feature size; enables :math:`W_E`.
+        bias (bool): biases in the projections.
+        mode (str): ``"attention"`` or ``"weighted"``.
+        kernel (str): ``"auto"`` (fast path by structure) or ``"reference"``.
+        validate (bool): validate every edge set against the nodes and the batch (cheap, O(E)).
+        complex_output (str): for complex weights (operator edge sets): ``"real"`` keeps the real
+            part, ``"complex"`` returns the complex result.
+    """
+
+    _alpha: Tensor | None
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        heads: int = 1,
+        concat: bool = True,
+        dropout: float = 0.0,
+        edge_dim: int | None = None,
+        bias: bool = True,
+        mode: str = "attention",
+        kernel: str = "auto",
+        validate: bool = True,
+        complex_output: str = "real",
+        **kwargs: Any,
+    ) -> None:
+        kwargs.setdefault("aggr", "add")
+        super().__init__(node_dim=0, **kwargs)
+        if mode not in MODES:
+            raise ValueError(f"'mode' must be one of {MODES}, got {mode!r}")
+        if kernel not in KERNELS:
+            raise ValueError(f"'kernel' must be one of {KERNELS}, got {kernel!r}")
+        if not isinstance(heads, int) or heads < 1:
+            raise ValueError(f"'heads' must be a positive int, got {heads!r}")
+        if not isinstance(out_channels, int) or out_channels < 1:
+            raise ValueError(f"'out_channels' must be a positive int, got {out_channels!r}")
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"'dropout' must lie in [0, 1), got {dropout!r}")
+        if complex_output not in ("real", "complex"):
+            raise ValueError(f"'complex_output' must be 'real' or 'complex', got {complex_output!r}")
+        self.in_channels = in_channels
+        self.out_channels = out_channels
+        self.heads = heads
+        self.concat = concat
+        self.dropout = dropout
+        self.edge_dim = edge_dim
+        self.mode = mode
+        self.kernel = kernel
+        self.validate = validate
+        self.complex_output = complex_output
+        self.scale = 1.0 / math.sqrt(out_channels)
+        self._alpha = None
+
+        HC = heads * out_channels
+        if mode == "attention":
+            self.lin_query = Linear(in_channels, HC, bias=bias)
+            self.lin_key = Linear(in_channels, HC, bias=bias)
+        else:
+            self.register_module("lin_query", None)
+            self.register_module("lin_key", None)
+        self.lin_value = Linear(in_channels, HC, bias=bias)
+        if edge_dim is not None:
+            self.lin_edge = Linear(edge_dim, HC, bias=False)
+        else:
+            self.register_module("lin_edge", None)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        super().reset_parameters()
+        for lin in (self.lin_query, self.lin_key, self.lin_value, self.lin_edge):
+            if lin is not None:
+                lin.reset_parameters()
+
+    # ------------------------------------------------------------------ forward
+    def forward(
+        self,
+        x: Tensor,
+        edges: EdgeSet | Tensor | EdgeProducer,
+        batch: Tensor | None = None,
+        edge_attr: Tensor | None = None,
+        return_attention_weights: bool | None = None,
+        *,
+        data: Any = None,
+        generator: torch.Generator | None = None,
+    ) -> Tensor | tuple[Tensor, tuple[Tensor, Tensor]]:
+        r"""Runs the layer.
+
+        Args:
+            x: ``[N, F]`` node features.
+            edges: an :class:`EdgeSet`, a plain ``edge_index [2, E]`` (an explicit edge set in the
+                layer's mode) or an :class:`EdgeProducer`, called here after the projections.
+            batch: ``[N]`` graph of each node (default: one graph).
+            edge_attr: ``[E, edge_dim]`` features of a plain ``edge_index``.
+            return_attention_weights: if set, also return ``(edge_index, alpha)`` for the edges
+                really used (``to_explicit()`` order): ``alpha [E, H]`` is the coefficient of
+                :math:`v_j` in :math:`o_i` (softmax times weight, before dropout); for per-head
+                edges the entries of the other heads are 0.
+            data: the PyG data object, passed to a producer.
+            generator: random generator, passed to a producer.
+        """
+        H, C = self.heads, self.out_channels
+        x, batch = self._check_inputs(x, batch)
+        N = x.size(0)
+        ctx = ProducerContext(
+            x,
+            batch,
+            num_heads=H,
+            data=data,
+            generator=generator,
+            training=self.training,
+            projections=self._projections(x),
+        )
+        if isinstance(edges, EdgeProducer):
+            es = edges(x, batch, context=ctx)
+            if edge_attr is not None:
+                es = as_edge_set(es, num_heads=H, edge_attr=edge_attr)
+        else:
+            es = as_edge_set(edges, num_heads=H, mode=self.mode, edge_attr=edge_attr)
+        self._check_edge_set(es, x, batch)
+
+        need_alpha = return_attention_weights is not None or _trace.is_tracing()
+        alpha: Tensor | None = None
+        structure = es.structure
+        if self.kernel == "reference" or need_alpha:
+            structure = "explicit"
+
+        if structure == "operator":
+            v = ctx.value()
+            out = es.matvec(v)  # type: ignore[attr-defined]
+        else:
+            q = ctx.query() if (self.mode == "attention" and es.mode == "attention") else None
+            k_all, v_all = self._source_projections(ctx, es)
+            if structure == "shared_sources":
+                out = shared_source_attention(
+                    q,
+                    k_all,
+                    v_all,
+                    es.sources,  # type: ignore[attr-defined]
+                    es.ptr,  # type: ignore[attr-defined]
+                    batch,
+                    source_mask=es.source_mask,  # type: ignore[attr-defined]
+                    bias=es.slot_bias,  # type: ignore[attr-defined]
+                    weight=es.slot_weight,  # type: ignore[attr-defined]
+                    mode=es.mode,
+                    dropout=self.dropout if self.training else 0.0,
+                    scale=self.scale,
+                )
+            elif structure == "permutation":
+                if es.mode == "attention" and self.training and self.dropout > 0:
+                    ones = v_all.new_ones(N, H)
+                    alpha = F.dropout(ones, p=self.dropout, training=True)
+                out = permutation_gather(
+                    v_all,
+                    es.src,  # type: ignore[attr-defined]
+                    weight=es.slot_weight,  # type: ignore[attr-defined]
+                    alpha=alpha,
+                )
+                alpha = None
+            else:
+                explicit = es.to_explicit()
+                out, alpha = self._explicit(q, k_all, v_all, explicit, N)
+        if out.is_complex() and self.complex_output == "real":
+            out = out.real
+
+        out = out.reshape(N, H * C) if self.concat else out.mean(dim=1)
+
+        if need_alpha:
+            explicit = es.to_explicit()
+            assert alpha is not None
+            coef = self._alpha_per_head(explicit, alpha)
+            self._alpha = None
+            if _trace.is_tracing():
+                _trace.record(self, explicit, coef, batch)
+            if return_attention_weights is not None:
+                return out, (explicit.edge_index, coef)
+        self._alpha = None
+        return out
+
+    # ----------------------------------------------------------------- helpers
+    def _check_inputs(self, x: Tensor, batch: Tensor | None) -> tuple[Tensor, Tensor]:
+        if not isinstance(x, Tensor):
+            raise ValueError(f"'x' must be a torch.Tensor, got {type(x).__name__}")
+        if x.dim() != 2:
+            raise ValueError(f"'x' must be 2-D [N, F], got shape {list(x.shape)}")
+        if not x.is_floating_point():
+            raise ValueError(f"'x' must be a floating-point tensor, got {x.dtype}")
+        if self.in_channels > 0 and x.size(1) != self.in_channels:
+            raise ValueError(
+                f"'x' must have in_channels={self.in_channels} columns, got {x.size(1)}"
+            )
+        if x.numel() and not bool(torch.isfinite(x).all()):
+            raise ValueError("'x' contains NaN or infinite values")
+        N = x.size(0)
+        if batch is None:
+            batch = torch.zeros(N, dtype=torch.long, device=x.device)
+        elif not isinstance(batch, Tensor) or batch.dim() != 1 or batch.numel() != N:
+            shape = list(batch.shape) if isinstance(batch, Tensor) else type(batch).__name__
+            raise ValueError(f"'batch' must be 1-D with one graph id per node [{N}], got {shape}")
+        elif batch.dtype != torch.long:
+            raise ValueError(f"'batch' must have dtype torch.long, got {batch.dtype}")
+        elif N and int(batch.min()) < 0:
+            raise ValueError("'batch' must hold non-negative graph ids")
+        return x, batch
+
+    def _check_edge_set(self, es: EdgeSet, x: Tensor, batch: Tensor) -> None:
+        if es.num_heads != self.heads:
+            raise ValueError(
+                f"the edge set is for num_heads={es.num_heads} but the layer has heads={self.heads}"
+            )
+        if es.mode == "attention" and self.mode == "weighted":
+            raise ValueError(
+                "the layer was built with mode='weighted' (no query/key) but the edge set has "
+                "mode='attention'"
+            )
+        if es.edge_attr is not None and self.lin_edge is None:
+            raise ValueError("the edge set has 'edge_attr' but the layer was built without edge_dim")
+        if es.structure != "explicit" and es.edge_attr is not None:
+            raise ValueError("'edge_attr' is only supported on explicit edge sets")
+        if self.validate:
+            es.validate(x.size(0), batch)
+        if es.virtual_x is not None and es.virtual_x.size(1) != x.size(1):
+            raise ValueError(
+                f"'virtual_x' must have the width of 'x' ({x.size(1)}), got {es.virtual_x.size(1)}"
+            )
+
+    def _projections(self, x: Tensor) -> dict[str, Any]:
+        H, C = self.heads, self.out_channels
+        proj: dict[str, Any] = {"value": lambda: self.lin_value(x).view(-1, H, C)}
+        if self.mode == "attention":
+            proj["query"] = lambda: self.lin_query(x).view(-1, H, C)
+            proj["key"] = lambda: self.lin_key(x).view(-1, H, C)
+        return proj
+
+    def _source_projections(
+        self, ctx: ProducerContext, es: EdgeSet
+    ) -> tuple[Tensor | None, Tensor]:
+        H, C = self.heads, self.out_channels
+        use_key = self.mode == "attention" and es.mode == "attention"
+        k = ctx.key() if use_key else None
+        v = ctx.value()
+        if es.virtual_x is not None:
+            vx = es.virtual_x.to(v.dtype)
+            v = torch.cat([v, self.lin_value(vx).view(-1, H, C)])
+            if k is not None:
+                k = torch.cat([k, self.lin_key(vx).view(-1, H, C)])
+        return k, v
+
+    def _explicit(
+        self, q: Tensor | None, k: Tensor | None, v: Tensor, es: EdgeSet, N: int
+    ) -> tuple[Tensor, Tensor | None]:
+        """Reference path: ``propagate`` over destination-sorted (per-head: flattened) edges."""
+        H, C = self.heads, self.out_channels
+        perm, ptr, _rows = es.csr(N)
+        src, dst = es.edge_index[0][perm], es.edge_index[1][perm]
+        bias = None if es.bias is None else es.bias[perm]
+        weight = None if es.weight is None else es.weight[perm]
+        edge_feat = None
+        if es.edge_attr is not None:
+            edge_feat = self.lin_edge(es.edge_attr[perm]).view(-1, H, C)  # type: ignore[misc]
+        if es.per_head:
+            head = es.head[perm]  # type: ignore[index]
+            S = v.size(0)
+            v = v.reshape(S * H, 1, C)
+            k = None if k is None else k.reshape(S * H, 1, C)
+            q = None if q is None else q.reshape(N * H, 1, C)
+            src = src * H + head
+            dst = dst * H + head
+            if edge_feat is not None:
+                edge_feat = edge_feat[torch.arange(head.numel(), device=head.device), head][:, None]
+            bias = None if bias is None else bias[:, None]
+            weight = None if weight is None else weight[:, None]
+            size = (S * H, N * H)
+        else:
+            size = (v.size(0), N)
+            if bias is not None and bias.dim() == 1:
+                bias = bias[:, None]
+            if weight is not None and weight.dim() == 1:
+                weight = weight[:, None]
+        edge_index = torch.stack([src, dst])
+        out = self.propagate(
+            edge_index,
+            query=q,
+            key=k,
+            value=v,
+            edge_feat=edge_feat,
+            logit_bias=bias,
+            edge_weight=weight,
+            dst_ptr=ptr,
+            size=size,
+        )
+        alpha = self._alpha
+        if es.per_head:
+            out = out.view(N, H, C)
+        if alpha is not None:
+            unsorted = torch.empty_like(alpha)
+            unsorted[perm] = alpha
+            alpha = unsorted
+        return out, alpha
+
+    def message(
+        self,
+        query_i: Tensor | None,
+        key_j: Tensor | None,
+        value_j: Tensor,
+        edge_feat: Tensor | None,
+        logit_bias: Tensor | None,
+        edge_weight: Tensor | None,
+        dst_ptr: Tensor,
+    ) -> Tensor:
+        if edge_feat is not None:
+            value_j = value_j + edge_feat
+        if query_i is not None and key_j is not None:
+            if edge_feat is not None:
+                key_j = key_j + edge_feat
+            alpha = segment_softmax(sddmm(query_i, key_j, self.scale, logit_bias), dst_ptr)
+            coef = alpha if edge_weight is None else alpha * edge_weight
+            self._alpha = coef
+            alpha = F.dropout(alpha, p=self.dropout, training=self.training)
+            coef = alpha if edge_weight is None else alpha * edge_weight
+        else:
+            coef = value_j.new_ones(value_j.shape[:2]) if edge_weight is None else edge_weight
+            self._alpha = coef
+        if coef.is_complex():
+            # complex weights on real values: carry (re, im) as a doubled channel axis
+            return torch.cat([coef.real.unsqueeze(-1) * value_j, coef.imag.unsqueeze(-1) * value_j],
+                             dim=-1)
+        return coef.unsqueeze(-1) * value_j
+
+    def aggregate(self, inputs: Tensor, dst_ptr: Tensor) -> Tensor:
+        # destination-sorted edges: a segment sum, deterministic and 0 for empty targets
+        out = segment(inputs, dst_ptr, reduce="sum")
+        if self._alpha is not None and self._alpha.is_complex():
+            C = out.size(-1) // 2
+            out = torch.complex(out[..., :C], out[..., C:])
+        return out
+
+    def _alpha_per_head(self, es: EdgeSet, alpha: Tensor) -> Tensor:
+        """Coefficients ``[E, H]`` in ``es`` order (zeros off-head for per-head edges)."""
+        H = self.heads
+        alpha = alpha.detach()
+        if not es.per_head:
+            return alpha
+        out = alpha.new_zeros(es.num_edges, H)
+        out[torch.arange(es.num_edges, device=alpha.device), es.head] = alpha[:, 0]
+        return out
+
+    def __repr__(self) -> str:
+        extra = "" if self.mode == "attention" else f", mode={self.mode!r}"
+        return (
+            f"{self.__class__.__name__}({self.in_channels}, {self.out_channels}, "
+            f"heads={self.heads}{extra})"
+        )
+

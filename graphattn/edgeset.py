@@ -1,0 +1,625 @@
+r"""The EdgeSet: the contract between edge-set producers and :class:`~graphattn.EdgeAttention`.
+
+An edge set names, for every target (query) node :math:`i`, the sources (key/value nodes) :math:`j`
+it attends to, per head. PyG convention: ``edge_index[0]`` is the **source** :math:`j`,
+``edge_index[1]`` the **target** :math:`i`, the owner of the softmax segment.
+
+In ``"attention"`` mode the layer computes, for every target :math:`i` and head :math:`h`,
+
+.. math::
+    \alpha_{ij}^h = \operatorname{softmax}_{j \in \mathcal{N}_h(i)}
+        \Big(\frac{q_i^h \cdot k_j^h}{\sqrt{d}} + b_{ij}^h\Big), \qquad
+    o_i^h = \sum_{j \in \mathcal{N}_h(i)} \alpha_{ij}^h \, w_{ij}^h \, v_j^h,
+
+and in ``"weighted"`` mode :math:`o_i^h = \sum_j w_{ij}^h v_j^h` with no softmax and no query/key.
+Targets without in-edges receive 0. A duplicate edge is a second term in the softmax (like a
+duplicated key); :meth:`EdgeSet.coalesce` removes duplicates.
+
+Sources ``>= N`` (``N`` = number of real nodes) index the **virtual sources** ``virtual_x``, which are
+projected by the layer like real nodes. Virtual sources are never targets.
+
+Structured subclasses keep the same meaning and add a faster kernel; ``to_explicit()`` materialises
+plain edges (for tests, the viewer and the generic kernel):
+
+* :class:`SharedSourceEdgeSet`: every target of graph ``b`` attends, in head ``h``, to the same list
+  ``sources[b, h]`` (SAMSA, full attention) → dense batched attention.
+* :class:`PermutationEdgeSet`: exactly one in-edge per (target, head) (Sliceformer) → a gather.
+* :class:`OperatorEdgeSet`: a linear operator ``matvec(v)`` that is never enumerated (Converter).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from graphattn.origins import origin_code
+
+MODES = ("attention", "weighted")
+
+_FLOAT_FIELDS = ("bias", "weight", "virtual_x", "edge_attr", "log_prob", "aux_loss")
+
+
+def _shape(t: Tensor) -> str:
+    return "[" + ", ".join(str(s) for s in t.shape) + "]"
+
+
+def _need_tensor(name: str, value: Any, *, dims: int | tuple[int, ...] | None = None) -> Tensor:
+    if not isinstance(value, Tensor):
+        raise ValueError(f"'{name}' must be a torch.Tensor, got {type(value).__name__}")
+    if dims is not None:
+        allowed = (dims,) if isinstance(dims, int) else dims
+        if value.dim() not in allowed:
+            want = " or ".join(f"{d}-D" for d in allowed)
+            raise ValueError(f"'{name}' must be {want}, got shape {_shape(value)}")
+    return value
+
+
+def _need_long(name: str, value: Tensor) -> Tensor:
+    if value.dtype != torch.long:
+        raise ValueError(f"'{name}' must have dtype torch.long, got {value.dtype}")
+    return value
+
+
+def _need_float(name: str, value: Tensor, *, complex_ok: bool = False) -> Tensor:
+    if not (value.is_floating_point() or (complex_ok and value.is_complex())):
+        kind = "floating-point or complex" if complex_ok else "floating-point"
+        raise ValueError(f"'{name}' must be a {kind} tensor, got {value.dtype}")
+    return value
+
+
+def _need_finite(name: str, value: Tensor) -> Tensor:
+    if value.numel() and not bool(torch.isfinite(value).all()):
+        raise ValueError(f"'{name}' contains NaN or infinite values")
+    return value
+
+
+def _check_num_heads(num_heads: Any) -> int:
+    if isinstance(num_heads, bool) or not isinstance(num_heads, int) or num_heads < 1:
+        raise ValueError(f"'num_heads' must be a positive int, got {num_heads!r}")
+    return num_heads
+
+
+def _check_mode(mode: Any) -> str:
+    if mode not in MODES:
+        raise ValueError(f"'mode' must be one of {MODES}, got {mode!r}")
+    return mode
+
+
+def ptr_from_batch(batch: Tensor, num_graphs: int | None = None) -> Tensor:
+    """CSR pointer ``[B + 1]`` of a sorted ``batch`` vector."""
+    if num_graphs is None:
+        num_graphs = int(batch.max()) + 1 if batch.numel() else 0
+    counts = torch.bincount(batch, minlength=num_graphs)
+    return torch.cat([counts.new_zeros(1), counts.cumsum(0)])
+
+
+class EdgeSet:
+    r"""Explicit edge set (COO). See the module docstring for the math.
+
+    Args:
+        edge_index (LongTensor): ``[2, E]``, row 0 = source :math:`j`, row 1 = target :math:`i`.
+        head (LongTensor, optional): ``[E]`` head of each edge; ``None`` = every edge in every head.
+        num_heads (int): number of heads the edge set is meant for.
+        mode (str): ``"attention"`` (softmax over each target's in-edges) or ``"weighted"``.
+        bias (Tensor, optional): ``[E]`` or ``[E, H]`` added to the logit (may carry gradient).
+        weight (Tensor, optional): ``[E]`` or ``[E, H]``, real or complex, multiplies the message after
+            the softmax (may carry gradient).
+        virtual_x (Tensor, optional): ``[Nv, F]`` features of virtual sources ``N .. N + Nv - 1``.
+        virtual_batch (LongTensor, optional): ``[Nv]`` graph of each virtual source, ``-1`` for
+            graph-agnostic sources (e.g. learned support tokens). ``None`` = all graph-agnostic.
+        origin (LongTensor, optional): ``[E]`` producer code of each edge (:mod:`graphattn.origins`).
+        edge_attr (Tensor, optional): ``[E, F_e]`` edge features, added to keys and values.
+        log_prob (Tensor, optional): ``[A]`` log-probabilities of sampled decisions (policy gradient).
+        log_prob_graph (LongTensor, optional): ``[A]`` graph of each ``log_prob`` entry.
+        aux_loss (Tensor, optional): differentiable scalar added to the training loss.
+        stats (dict, optional): statistics for logging; never read by the math.
+
+    With per-head edges (``head`` given), ``bias`` and ``weight`` must be ``[E]``.
+    """
+
+    structure = "explicit"
+
+    def __init__(
+        self,
+        edge_index: Tensor,
+        *,
+        head: Tensor | None = None,
+        num_heads: int = 1,
+        mode: str = "attention",
+        bias: Tensor | None = None,
+        weight: Tensor | None = None,
+        virtual_x: Tensor | None = None,
+        virtual_batch: Tensor | None = None,
+        origin: Tensor | None = None,
+        edge_attr: Tensor | None = None,
+        log_prob: Tensor | None = None,
+        log_prob_graph: Tensor | None = None,
+        aux_loss: Tensor | None = None,
+        stats: dict[str, Any] | None = None,
+    ) -> None:
+        self.num_heads = _check_num_heads(num_heads)
+        self.mode = _check_mode(mode)
+        if edge_index is not None or self.structure == "explicit":
+            edge_index = _need_long("edge_index", _need_tensor("edge_index", edge_index, dims=2))
+            if edge_index.size(0) != 2:
+                raise ValueError(
+                    f"'edge_index' must have shape [2, E] (row 0 = source, row 1 = target), "
+                    f"got {_shape(edge_index)}"
+                )
+        self._edge_index = edge_index
+        self.head = head
+        self.bias = bias
+        self.weight = weight
+        self.virtual_x = virtual_x
+        self.virtual_batch = virtual_batch
+        self.origin = origin
+        self.edge_attr = edge_attr
+        self.log_prob = log_prob
+        self.log_prob_graph = log_prob_graph
+        self.aux_loss = aux_loss
+        self.stats = dict(stats) if stats else {}
+        self._cache: dict[Any, Any] = {}
+        self._check_fields()
+
+    # ------------------------------------------------------------------ fields
+    @property
+    def edge_index(self) -> Tensor:
+        """``[2, E]`` explicit edges (materialised for structured edge sets)."""
+        if self._edge_index is None:
+            return self.to_explicit().edge_index
+        return self._edge_index
+
+    @property
+    def per_head(self) -> bool:
+        """Whether edges belong to one head each (``head`` given)."""
+        return self.head is not None
+
+    @property
+    def num_edges(self) -> int:
+        return int(self.edge_index.size(1))
+
+    @property
+    def num_virtual(self) -> int:
+        return 0 if self.virtual_x is None else int(self.virtual_x.size(0))
+
+    @property
+    def device(self) -> torch.device:
+        return self.edge_index.device
+
+    def _check_edge_field(self, name: str, value: Tensor | None, num_edges: int) -> None:
+        """Checks an ``[E]`` / ``[E, H]`` per-edge float field."""
+        if value is None:
+            return
+        _need_tensor(name, value, dims=(1, 2))
+        _need_float(name, value, complex_ok=(name == "weight"))
+        if value.size(0) != num_edges:
+            raise ValueError(
+                f"'{name}' must have {num_edges} rows (one per edge), got shape {_shape(value)}"
+            )
+        if value.dim() == 2:
+            if self.per_head:
+                raise ValueError(
+                    f"'{name}' must be [E] when edges are per-head ('head' given), "
+                    f"got shape {_shape(value)}"
+                )
+            if value.size(1) != self.num_heads:
+                raise ValueError(
+                    f"'{name}' must be [E] or [E, num_heads={self.num_heads}], "
+                    f"got shape {_shape(value)}"
+                )
+        _need_finite(name, value)
+
+    def _check_fields(self) -> None:
+        E = None if self._edge_index is None else int(self._edge_index.size(1))
+        if E is not None:
+            if self.head is not None:
+                _need_long("head", _need_tensor("head", self.head, dims=1))
+                if self.head.numel() != E:
+                    raise ValueError(f"'head' must have shape [{E}], got {_shape(self.head)}")
+            self._check_edge_field("bias", self.bias, E)
+            self._check_edge_field("weight", self.weight, E)
+            if self.origin is not None:
+                _need_long("origin", _need_tensor("origin", self.origin, dims=1))
+                if self.origin.numel() != E:
+                    raise ValueError(f"'origin' must have shape [{E}], got {_shape(self.origin)}")
+            if self.edge_attr is not None:
+                _need_tensor("edge_attr", self.edge_attr, dims=2)
+                _need_float("edge_attr", self.edge_attr)
+                if self.edge_attr.size(0) != E:
+                    raise ValueError(
+                        f"'edge_attr' must have shape [{E}, F_e], got {_shape(self.edge_attr)}"
+                    )
+                _need_finite("edge_attr", self.edge_attr)
+        if self.mode == "weighted" and self.bias is not None:
+            raise ValueError("'bias' is only meaningful in mode='attention' (no logits in 'weighted')")
+        if self.virtual_x is not None:
+            _need_tensor("virtual_x", self.virtual_x, dims=2)
+            _need_float("virtual_x", self.virtual_x)
+            _need_finite("virtual_x", self.virtual_x)
+        if self.virtual_batch is not None:
+            if self.virtual_x is None:
+                raise ValueError("'virtual_batch' given without 'virtual_x'")
+            _need_long("virtual_batch", _need_tensor("virtual_batch", self.virtual_batch, dims=1))
+            if self.virtual_batch.numel() != self.virtual_x.size(0):
+                raise ValueError(
+                    f"'virtual_batch' must have shape [{self.virtual_x.size(0)}] "
+                    f"(one per virtual source), got {_shape(self.virtual_batch)}"
+                )
+        if self.log_prob is not None:
+            _need_float("log_prob", _need_tensor("log_prob", self.log_prob, dims=1))
+            if self.log_prob_graph is None:
+                raise ValueError("'log_prob' needs 'log_prob_graph' (the graph of each entry)")
+            _need_long("log_prob_graph", _need_tensor("log_prob_graph", self.log_prob_graph, dims=1))
+            if self.log_prob_graph.numel() != self.log_prob.numel():
+                raise ValueError(
+                    f"'log_prob_graph' must have shape [{self.log_prob.numel()}], "
+                    f"got {_shape(self.log_prob_graph)}"
+                )
+        if self.aux_loss is not None:
+            _need_tensor("aux_loss", self.aux_loss)
+            if self.aux_loss.numel() != 1:
+                raise ValueError(f"'aux_loss' must be a scalar, got shape {_shape(self.aux_loss)}")
+
+    # -------------------------------------------------------------- validation
+    def validate(self, num_nodes: int, batch: Tensor | None = None) -> EdgeSet:
+        """Checks indices against ``num_nodes`` real nodes and the graph assignment ``batch``.
+
+        Raises :class:`ValueError` naming the field on: sources or targets out of range, virtual
+        sources without ``virtual_x``, head ids out of range, targets that are virtual, and edges that
+        join two graphs of the batch (``batch[src] != batch[dst]``, also for graph-bound virtual
+        sources). Returns ``self``.
+        """
+        if isinstance(num_nodes, bool) or not isinstance(num_nodes, int) or num_nodes < 0:
+            raise ValueError(f"'num_nodes' must be a non-negative int, got {num_nodes!r}")
+        if batch is not None:
+            _need_long("batch", _need_tensor("batch", batch, dims=1))
+            if batch.numel() != num_nodes:
+                raise ValueError(
+                    f"'batch' must have shape [{num_nodes}] (one graph id per node), "
+                    f"got {_shape(batch)}"
+                )
+            if batch.numel() and int(batch.min()) < 0:
+                raise ValueError("'batch' must hold non-negative graph ids")
+        self._validate_indices(num_nodes, batch)
+        return self
+
+    def _validate_indices(self, num_nodes: int, batch: Tensor | None) -> None:
+        ei = self.edge_index
+        if ei.numel() == 0:
+            return
+        src, dst = ei[0], ei[1]
+        nv = self.num_virtual
+        if int(dst.min()) < 0 or int(dst.max()) >= num_nodes:
+            raise ValueError(
+                f"'edge_index' targets (row 1) must lie in [0, {num_nodes}) (virtual sources are "
+                f"never targets), got range [{int(dst.min())}, {int(dst.max())}]"
+            )
+        if int(src.min()) < 0:
+            raise ValueError(f"'edge_index' sources (row 0) must be >= 0, got {int(src.min())}")
+        if int(src.max()) >= num_nodes + nv:
+            if nv == 0:
+                raise ValueError(
+                    f"'edge_index' has source {int(src.max())} >= num_nodes={num_nodes} but no "
+                    f"'virtual_x' (sources >= N index virtual sources)"
+                )
+            raise ValueError(
+                f"'edge_index' sources must lie in [0, {num_nodes + nv}) ({num_nodes} nodes + "
+                f"{nv} virtual sources), got {int(src.max())}"
+            )
+        if self.head is not None and (
+            int(self.head.min()) < 0 or int(self.head.max()) >= self.num_heads
+        ):
+            raise ValueError(
+                f"'head' ids must lie in [0, num_heads={self.num_heads}), got range "
+                f"[{int(self.head.min())}, {int(self.head.max())}]"
+            )
+        if batch is None:
+            return
+        real = src < num_nodes
+        bad = real & (batch[src.clamp(max=max(num_nodes - 1, 0))] != batch[dst])
+        if bool(bad.any()):
+            e = int(bad.nonzero()[0])
+            raise ValueError(
+                f"'edge_index' joins two graphs: edge {e} goes from node {int(src[e])} (graph "
+                f"{int(batch[src[e]])}) to node {int(dst[e])} (graph {int(batch[dst[e]])})"
+            )
+        if nv and self.virtual_batch is not None:
+            vsrc = (src - num_nodes).clamp(min=0)
+            vb = self.virtual_batch[vsrc]
+            bad = (~real) & (vb >= 0) & (vb != batch[dst])
+            if bool(bad.any()):
+                e = int(bad.nonzero()[0])
+                raise ValueError(
+                    f"'edge_index' joins two graphs: edge {e} goes from virtual source "
+                    f"{int(src[e])} (graph {int(vb[e])}) to node {int(dst[e])} "
+                    f"(graph {int(batch[dst[e]])})"
+                )
+
+    # ---------------------------------------------------------- conversions
+    def to_explicit(self) -> EdgeSet:
+        """Plain COO edges with the same meaning (``self`` for an explicit edge set)."""
+        return self
+
+    def _fields(self) -> dict[str, Any]:
+        return {
+            "head": self.head,
+            "num_heads": self.num_heads,
+            "mode": self.mode,
+            "bias": self.bias,
+            "weight": self.weight,
+            "virtual_x": self.virtual_x,
+            "virtual_batch": self.virtual_batch,
+            "origin": self.origin,
+            "edge_attr": self.edge_attr,
+            "log_prob": self.log_prob,
+            "log_prob_graph": self.log_prob_graph,
+            "aux_loss": self.aux_loss,
+            "stats": self.stats,
+        }
+
+    def replace(self, **changes: Any) -> EdgeSet:
+        """A copy of this explicit edge set with some fields replaced."""
+        if self.structure != "explicit":
+            return self.to_explicit().replace(**changes)
+        fields = self._fields()
+        edge_index = changes.pop("edge_index", self.edge_index)
+        fields.update(changes)
+        return EdgeSet(edge_index, **fields)
+
+    def expand_heads(self) -> EdgeSet:
+        """Per-head form: every head-shared edge becomes ``num_heads`` edges, one per head."""
+        es = self.to_explicit()
+        if es.per_head:
+            return es
+        H, E = es.num_heads, es.num_edges
+        rep = torch.arange(E, device=es.device).repeat_interleave(H)
+        head = torch.arange(H, device=es.device).repeat(E)
+
+        def per_edge(t: Tensor | None) -> Tensor | None:
+            if t is None:
+                return None
+            if t.dim() == 2:
+                return t.reshape(-1)
+            return t[rep]
+
+        return es.replace(
+            edge_index=es.edge_index[:, rep],
+            head=head,
+            bias=per_edge(es.bias),
+            weight=per_edge(es.weight),
+            origin=None if es.origin is None else es.origin[rep],
+            edge_attr=None if es.edge_attr is None else es.edge_attr[rep],
+        )
+
+    def coalesce(self) -> EdgeSet:
+        """Removes duplicate ``(source, target, head)`` edges, keeping each one's first occurrence.
+
+        The result is sorted by target, then head, then source.
+        """
+        es = self.to_explicit()
+        if es.num_edges == 0:
+            return es
+        src, dst = es.edge_index
+        n = int(es.edge_index.max()) + 1
+        h = es.head if es.per_head else torch.zeros_like(src)
+        H = es.num_heads if es.per_head else 1
+        key = (dst * H + h) * n + src
+        order = torch.argsort(key, stable=True)
+        sorted_key = key[order]
+        first = torch.ones_like(sorted_key, dtype=torch.bool)
+        first[1:] = sorted_key[1:] != sorted_key[:-1]
+        keep = order[first]
+        return es.select(keep)
+
+    def select(self, index: Tensor) -> EdgeSet:
+        """The edges ``index`` (a long index or a bool mask over edges), fields sliced alike."""
+        es = self.to_explicit()
+
+        def take(t: Tensor | None) -> Tensor | None:
+            return None if t is None else t[index]
+
+        return es.replace(
+            edge_index=es.edge_index[:, index],
+            head=take(es.head),
+            bias=take(es.bias),
+            weight=take(es.weight),
+            origin=take(es.origin),
+            edge_attr=take(es.edge_attr),
+        )
+
+    def to(self, *args: Any, **kwargs: Any) -> EdgeSet:
+        """Moves tensors like :meth:`torch.Tensor.to`; a dtype applies to real floating fields only."""
+        out = _copy_edge_set(self)
+        for name, value in vars(out).items():
+            if not isinstance(value, Tensor):
+                continue
+            if value.is_floating_point():
+                new = value.to(*args, **kwargs)
+            else:
+                device = _device_of(args, kwargs)
+                new = value if device is None else value.to(device)
+            setattr(out, name, new)
+        out._cache = {}
+        return out
+
+    def detach(self) -> EdgeSet:
+        """A copy whose tensors are detached from the autograd graph."""
+        out = _copy_edge_set(self)
+        for name, value in vars(out).items():
+            if isinstance(value, Tensor):
+                setattr(out, name, value.detach())
+        out._cache = {}
+        return out
+
+    # --------------------------------------------------------------- kernels
+    def csr(self, num_nodes: int) -> tuple[Tensor, Tensor, Tensor]:
+        """Destination-sorted layout, cached: ``(perm, ptr, rows)``.
+
+        ``rows`` are the softmax segments (target, or ``target * H + head`` for per-head edges),
+        ``perm`` the stable permutation sorting edges by row, ``ptr`` the CSR pointer over rows.
+        """
+        key = ("csr", num_nodes)
+        if key not in self._cache:
+            _src, dst = self.edge_index
+            if self.per_head:
+                rows = dst * self.num_heads + self.head
+                num_rows = num_nodes * self.num_heads
+            else:
+                rows, num_rows = dst, num_nodes
+            perm = torch.argsort(rows, stable=True)
+            counts = torch.bincount(rows, minlength=num_rows)
+            ptr = torch.cat([counts.new_zeros(1), counts.cumsum(0)])
+            self._cache[key] = (perm, ptr, rows)
+        return self._cache[key]
+
+    # -------------------------------------------------------------- display
+    def __repr__(self) -> str:
+        parts = [f"num_edges={self.num_edges}", f"num_heads={self.num_heads}", f"mode={self.mode!r}"]
+        if self.per_head:
+            parts.append("per_head=True")
+        for name in ("bias", "weight", "edge_attr", "virtual_x", "origin", "log_prob", "aux_loss"):
+            if getattr(self, name) is not None:
+                parts.append(f"{name}={_shape(getattr(self, name))}")
+        return f"{type(self).__name__}({', '.join(parts)})"
+
+
+def _copy_edge_set(es: EdgeSet) -> EdgeSet:
+    out = es.__class__.__new__(es.__class__)
+    out.__dict__.update(es.__dict__)
+    out.stats = dict(es.stats)
+    return out
+
+
+def _device_of(args: tuple, kwargs: dict) -> torch.device | None:
+    if "device" in kwargs:
+        return torch.device(kwargs["device"])
+    for a in args:
+        if isinstance(a, (str, torch.device)):
+            return torch.device(a)
+        if isinstance(a, Tensor):
+            return a.device
+    return None
+
+
+# -------------------------------------------------------------------------------------- union
+def union_edge_sets(
+    edge_sets: Sequence[EdgeSet], num_nodes: int, *, coalesce: bool = False
+) -> EdgeSet:
+    """Union of edge sets as one explicit edge set, keeping each edge's ``origin``.
+
+    All parts must share ``mode`` and ``num_heads``. Head-shared parts are expanded to per-head
+    edges if any part is per-head. Missing ``bias`` / ``weight`` / ``edge_attr`` are filled with
+    0 / 1 / 0, missing ``origin`` with ``"unknown"``. Virtual sources are concatenated and the source
+    ids of later parts shifted accordingly. ``aux_loss`` values are summed and ``log_prob`` entries
+    concatenated. With ``coalesce=True`` duplicate edges are dropped, the first part winning.
+    """
+    parts = [e.to_explicit() for e in edge_sets]
+    if not parts:
+        raise ValueError("'edge_sets' must contain at least one EdgeSet")
+    modes = {p.mode for p in parts}
+    heads = {p.num_heads for p in parts}
+    if len(modes) > 1:
+        raise ValueError(f"cannot unite edge sets of different modes {sorted(modes)}")
+    if len(heads) > 1:
+        raise ValueError(f"cannot unite edge sets with different num_heads {sorted(heads)}")
+    H = heads.pop()
+    if any(p.per_head for p in parts) and H > 1:
+        parts = [p.expand_heads() for p in parts]
+    per_head = parts[0].per_head
+    dev = parts[0].device
+
+    edge_attr_dims = {p.edge_attr.size(1) for p in parts if p.edge_attr is not None}
+    if len(edge_attr_dims) > 1:
+        raise ValueError(f"cannot unite edge sets with edge_attr widths {sorted(edge_attr_dims)}")
+    want_2d = any(t is not None and t.dim() == 2 for p in parts for t in (p.bias, p.weight))
+
+    def fill(p: EdgeSet, t: Tensor | None, value: float, ref: Tensor | None) -> Tensor:
+        shape = (p.num_edges, H) if want_2d else (p.num_edges,)
+        if t is None:
+            dtype = ref.dtype if ref is not None else torch.get_default_dtype()
+            return torch.full(shape, value, dtype=dtype, device=dev)
+        if want_2d and t.dim() == 1:
+            return t[:, None].expand(shape)
+        return t
+
+    def first(name: str) -> Tensor | None:
+        return next((getattr(p, name) for p in parts if getattr(p, name) is not None), None)
+
+    ref_bias, ref_weight, ref_attr = first("bias"), first("weight"), first("edge_attr")
+    edge_index, vx, vb, offset = [], [], [], 0
+    for p in parts:
+        ei = p.edge_index.clone()
+        virt = ei[0] >= num_nodes
+        ei[0, virt] += offset
+        edge_index.append(ei)
+        if p.virtual_x is not None:
+            vx.append(p.virtual_x)
+            vb.append(
+                p.virtual_batch
+                if p.virtual_batch is not None
+                else torch.full((p.num_virtual,), -1, dtype=torch.long, device=dev)
+            )
+            offset += p.num_virtual
+    if len({v.size(1) for v in vx}) > 1:
+        raise ValueError("cannot unite edge sets whose virtual_x have different widths")
+    aux = [p.aux_loss for p in parts if p.aux_loss is not None]
+    lp = [p for p in parts if p.log_prob is not None]
+    stats: dict[str, Any] = {}
+    for i, p in enumerate(parts):
+        for k, v in p.stats.items():
+            stats[f"part{i}.{k}" if len(parts) > 1 else k] = v
+    out = EdgeSet(
+        torch.cat(edge_index, 1),
+        head=torch.cat([p.head for p in parts]) if per_head else None,
+        num_heads=H,
+        mode=parts[0].mode,
+        bias=None if ref_bias is None else torch.cat([fill(p, p.bias, 0.0, ref_bias) for p in parts]),
+        weight=None
+        if ref_weight is None
+        else torch.cat([fill(p, p.weight, 1.0, ref_weight) for p in parts]),
+        virtual_x=torch.cat(vx) if vx else None,
+        virtual_batch=torch.cat(vb) if vb else None,
+        origin=torch.cat(
+            [
+                p.origin
+                if p.origin is not None
+                else torch.full((p.num_edges,), origin_code("unknown"), dtype=torch.long, device=dev)
+                for p in parts
+            ]
+        ),
+        edge_attr=None
+        if ref_attr is None
+        else torch.cat(
+            [
+                p.edge_attr
+                if p.edge_attr is not None
+                else ref_attr.new_zeros(p.num_edges, ref_attr.size(1))
+                for p in parts
+            ]
+        ),
+        log_prob=torch.cat([p.log_prob for p in lp]) if lp else None,
+        log_prob_graph=torch.cat([p.log_prob_graph for p in lp]) if lp else None,
+        aux_loss=torch.stack([a.reshape(()) for a in aux]).sum() if aux else None,
+        stats=stats,
+    )
+    return out.coalesce() if coalesce else out
+
+
+def as_edge_set(edges: EdgeSet | Tensor, *, num_heads: int, mode: str = "attention",
+                edge_attr: Tensor | None = None) -> EdgeSet:
+    """Accepts an EdgeSet or a plain ``edge_index`` tensor (an explicit attention edge set)."""
+    if isinstance(edges, EdgeSet):
+        if edge_attr is not None:
+            if edges.structure != "explicit":
+                raise ValueError("'edge_attr' can only be given with explicit edges")
+            edges = edges.replace(edge_attr=edge_attr)
+        return edges
+    if isinstance(edges, Tensor):
+        return EdgeSet(edges, num_heads=num_heads, mode=mode, edge_attr=edge_attr)
+    raise ValueError(
+        f"'edges' must be an EdgeSet, an edge_index tensor [2, E] or an EdgeProducer, "
+        f"got {type(edges).__name__}"
+    )

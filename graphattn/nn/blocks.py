@@ -1,0 +1,151 @@
+"""Building blocks resolved by name: normalisations, local message-passing convs, input encoders."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from torch_geometric.nn import (
+    GATConv,
+    GCNConv,
+    GINConv,
+    GINEConv,
+    Linear,
+    MessagePassing,
+    ResGatedGraphConv,
+    SAGEConv,
+)
+from torch_geometric.nn.resolver import activation_resolver, normalization_resolver
+
+CONVS = ("gcn", "gin", "gine", "gat", "sage", "resgated")
+
+
+def make_norm(name: str | None, channels: int) -> tuple[nn.Module | None, bool]:
+    """``(module, takes_batch)``. ``"layer_norm"`` and ``"batch_norm"`` are the node-wise
+    :class:`torch.nn.LayerNorm` / :class:`torch.nn.BatchNorm1d`; other names resolve through PyG
+    (``"graph_norm"``, ``"instance_norm"``, ...), which take ``batch``."""
+    if name is None or name == "none":
+        return None, False
+    if name == "layer_norm":
+        return nn.LayerNorm(channels), False
+    if name == "batch_norm":
+        return nn.BatchNorm1d(channels), False
+    norm = normalization_resolver(name, channels)
+    takes_batch = "batch" in inspect.signature(norm.forward).parameters
+    return norm, takes_batch
+
+
+def apply_norm(norm: nn.Module | None, takes_batch: bool, x: Tensor, batch: Tensor | None) -> Tensor:
+    if norm is None:
+        return x
+    return norm(x, batch=batch) if takes_batch else norm(x)
+
+
+def _mlp(channels: int, act: str = "relu") -> nn.Sequential:
+    return nn.Sequential(Linear(channels, channels), activation_resolver(act),
+                         Linear(channels, channels))
+
+
+def make_conv(conv: str | MessagePassing | None, channels: int, *, heads: int = 1,
+              edge_dim: int | None = None) -> MessagePassing | None:
+    """A local message-passing layer ``channels -> channels`` by name (see :data:`CONVS`)."""
+    if conv is None or isinstance(conv, MessagePassing):
+        return conv
+    if conv == "none":
+        return None
+    if conv == "gcn":
+        return GCNConv(channels, channels)
+    if conv == "gin":
+        return GINConv(_mlp(channels))
+    if conv == "gine":
+        return GINEConv(_mlp(channels), edge_dim=edge_dim)
+    if conv == "gat":
+        if channels % heads:
+            raise ValueError(f"'gat' needs channels ({channels}) divisible by heads ({heads})")
+        return GATConv(channels, channels // heads, heads=heads, edge_dim=edge_dim)
+    if conv == "sage":
+        return SAGEConv(channels, channels)
+    if conv == "resgated":
+        return ResGatedGraphConv(channels, channels, edge_dim=edge_dim)
+    raise ValueError(f"unknown conv {conv!r}; use one of {CONVS}, None or a MessagePassing module")
+
+
+def conv_takes_edge_attr(conv: nn.Module) -> bool:
+    return "edge_attr" in inspect.signature(conv.forward).parameters
+
+
+class NodeEncoder(nn.Module):
+    """Input features → ``channels``: ``"linear"`` (lazy :class:`~torch_geometric.nn.Linear` on
+    float features) or ``"atom"`` (ogb :class:`~ogb.graphproppred.mol_encoder.AtomEncoder` on the
+    9 integer atom features of ``smiles2graph``); ``"embedding"`` for a single integer token id
+    per node (sequences) with ``num_embeddings`` ids."""
+
+    def __init__(self, kind: str, channels: int, num_embeddings: int | None = None) -> None:
+        super().__init__()
+        self.kind = kind
+        if kind == "linear":
+            self.enc: nn.Module = Linear(-1, channels)
+        elif kind == "atom":
+            from ogb.graphproppred.mol_encoder import AtomEncoder
+
+            self.enc = AtomEncoder(channels)
+        elif kind == "embedding":
+            if not num_embeddings:
+                raise ValueError("node_encoder='embedding' needs 'num_embeddings'")
+            self.enc = nn.Embedding(num_embeddings, channels)
+        else:
+            raise ValueError(f"unknown node encoder {kind!r}; use 'linear', 'atom' or 'embedding'")
+
+    def forward(self, x: Tensor) -> Tensor:
+        if self.kind == "linear":
+            return self.enc(x.float() if not x.is_floating_point() else x)
+        if self.kind == "embedding":
+            return self.enc(x.view(-1).long())
+        return self.enc(x.long())
+
+
+class EdgeEncoder(nn.Module):
+    """Edge features → ``channels``: ``"linear"`` (lazy) or ``"bond"`` (ogb BondEncoder)."""
+
+    def __init__(self, kind: str, channels: int) -> None:
+        super().__init__()
+        self.kind = kind
+        if kind == "linear":
+            self.enc: nn.Module = Linear(-1, channels)
+        elif kind == "bond":
+            from ogb.graphproppred.mol_encoder import BondEncoder
+
+            self.enc = BondEncoder(channels)
+        else:
+            raise ValueError(f"unknown edge encoder {kind!r}; use 'linear' or 'bond'")
+
+    def forward(self, edge_attr: Tensor) -> Tensor:
+        if edge_attr.dim() == 1:
+            edge_attr = edge_attr.unsqueeze(-1)
+        if self.kind == "linear":
+            return self.enc(edge_attr.float())
+        return self.enc(edge_attr.long())
+
+
+class DataView:
+    """The data object with some attributes overridden (e.g. encoded ``edge_attr``), no copy."""
+
+    def __init__(self, data: Any, **overrides: Any) -> None:
+        object.__setattr__(self, "_data", data)
+        object.__setattr__(self, "_overrides", overrides)
+
+    def __getattr__(self, name: str) -> Any:
+        overrides = object.__getattribute__(self, "_overrides")
+        if name in overrides:
+            return overrides[name]
+        return getattr(object.__getattribute__(self, "_data"), name)
+
+
+def random_sign_flip(pe: Tensor, training: bool) -> Tensor:
+    """Laplacian eigenvectors are defined up to sign: flip each column at random in training."""
+    if not training:
+        return pe
+    sign = torch.randint(0, 2, (1, pe.size(1)), device=pe.device).to(pe.dtype) * 2 - 1
+    return pe * sign

@@ -1,0 +1,173 @@
+"""HybridLayer: local message passing + producer-driven sparse global attention + FFN."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch_geometric.nn import Linear, MessagePassing
+from torch_geometric.nn.resolver import activation_resolver
+
+from graphattn.attention import EdgeAttention
+from graphattn.edgeset import EdgeSet
+from graphattn.nn.blocks import apply_norm, conv_takes_edge_attr, make_conv, make_norm
+from graphattn.producers.base import EdgeProducer
+from graphattn.producers.registry import build_producer
+
+
+class HybridLayer(nn.Module):
+    r"""A GPS-style layer whose global branch is an edge-set producer plus
+    :class:`~graphattn.EdgeAttention` (no padding, no quadratic memory unless the producer asks
+    for it):
+
+    .. math::
+        h^{\text{loc}} = \operatorname{Norm}_1\big(x + \operatorname{Drop}(\operatorname{MPNN}(x, E))\big),
+        \qquad
+        h^{\text{glob}} = \operatorname{Norm}_2\big(x + \operatorname{Drop}(W_O\,
+            \operatorname{EdgeAttention}(x, \operatorname{producer}(x)))\big)
+
+        h = h^{\text{loc}} + h^{\text{glob}}, \qquad
+        \text{out} = \operatorname{Norm}_3\big(h + \operatorname{FFN}(h)\big)
+
+    (post-norm, as :class:`~torch_geometric.nn.conv.GPSConv`). With ``norm_first=True`` the norms
+    move in front of each branch (pre-norm): :math:`h^{\text{glob}} = x +
+    \operatorname{Drop}(W_O\,\operatorname{Attn}(\operatorname{Norm}_2 x))`, :math:`\text{out} = h +
+    \operatorname{FFN}(\operatorname{Norm}_3 h)`.
+
+    Args:
+        channels (int): width of :math:`x`.
+        conv (str or MessagePassing, optional): the local MPNN (``"gcn"``, ``"gin"``, ``"gine"``,
+            ``"gat"``, ``"sage"``, ``"resgated"``) or ``None``.
+        producer: the global branch's producer (a name, ``{"name": ..., **kwargs}`` or an
+            :class:`EdgeProducer`), or ``None`` for no global branch.
+        heads (int): attention heads; the head size is ``channels // heads``.
+        dropout (float): dropout on each branch's output and in the FFN.
+        attn_dropout (float): dropout on the attention coefficients.
+        act (str): FFN activation.
+        norm (str, optional): ``"layer_norm"``, ``"batch_norm"``, a PyG norm name, or ``None``.
+        norm_first (bool): pre-norm instead of post-norm.
+        ffn_ratio (int): FFN hidden width = ``ffn_ratio * channels``.
+        edge_dim (int, optional): edge feature width for the conv and the attention.
+        attn_kwargs (dict, optional): extra :class:`EdgeAttention` arguments (e.g. ``kernel``).
+        producer_kwargs (dict, optional): model-supplied defaults for building the producer.
+    """
+
+    def __init__(
+        self,
+        channels: int,
+        conv: str | MessagePassing | None = None,
+        producer: Any = "full",
+        heads: int = 1,
+        dropout: float = 0.0,
+        attn_dropout: float = 0.0,
+        act: str = "relu",
+        norm: str | None = "layer_norm",
+        norm_first: bool = False,
+        ffn_ratio: int = 2,
+        edge_dim: int | None = None,
+        attn_kwargs: dict[str, Any] | None = None,
+        producer_kwargs: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__()
+        if conv is None and producer is None:
+            raise ValueError("HybridLayer needs a local 'conv', a global 'producer', or both")
+        if channels % heads:
+            raise ValueError(f"'channels' ({channels}) must be divisible by 'heads' ({heads})")
+        self.channels = channels
+        self.heads = heads
+        self.dropout = dropout
+        self.norm_first = norm_first
+        self.conv = make_conv(conv, channels, heads=heads, edge_dim=edge_dim)
+        self.conv_edge_attr = self.conv is not None and conv_takes_edge_attr(self.conv)
+        if producer is not None:
+            defaults = {"channels": channels, "heads": heads, "num_heads": heads}
+            defaults.update(producer_kwargs or {})
+            self.producer: EdgeProducer | None = build_producer(producer, **defaults)
+            self.attn: EdgeAttention | None = EdgeAttention(
+                channels,
+                channels // heads,
+                heads=heads,
+                dropout=attn_dropout,
+                edge_dim=edge_dim,
+                mode=self.producer.mode,
+                **(attn_kwargs or {}),
+            )
+            self.attn_out: Linear | None = Linear(channels, channels)
+        else:
+            self.producer, self.attn, self.attn_out = None, None, None
+        self.mlp = nn.Sequential(
+            Linear(channels, ffn_ratio * channels),
+            activation_resolver(act),
+            nn.Dropout(dropout),
+            Linear(ffn_ratio * channels, channels),
+            nn.Dropout(dropout),
+        )
+        self.norm1, self._nb1 = make_norm(norm, channels)
+        self.norm2, self._nb2 = make_norm(norm, channels)
+        self.norm3, self._nb3 = make_norm(norm, channels)
+        self.last_edges: EdgeSet | None = None
+
+    def reset_parameters(self) -> None:
+        for m in (self.conv, self.producer, self.attn, self.attn_out, self.norm1, self.norm2,
+                  self.norm3, *self.mlp):
+            if m is not None and hasattr(m, "reset_parameters"):
+                m.reset_parameters()
+
+    def forward(
+        self,
+        x: Tensor,
+        edge_index: Tensor | None = None,
+        batch: Tensor | None = None,
+        edge_attr: Tensor | None = None,
+        *,
+        data: Any = None,
+        generator: torch.Generator | None = None,
+    ) -> Tensor:
+        """``x [N, channels]`` → ``[N, channels]``. ``edge_index`` / ``edge_attr`` feed the local
+        conv; ``data`` (and ``generator``) feed the producer."""
+        hs = []
+        if self.conv is not None:
+            if edge_index is None:
+                raise ValueError("the local conv needs 'edge_index'")
+            h = apply_norm(self.norm1, self._nb1, x, batch) if self.norm_first else x
+            if self.conv_edge_attr and edge_attr is not None:
+                h = self.conv(h, edge_index, edge_attr=edge_attr)
+            else:
+                h = self.conv(h, edge_index)
+            h = x + F.dropout(h, p=self.dropout, training=self.training)
+            if not self.norm_first:
+                h = apply_norm(self.norm1, self._nb1, h, batch)
+            hs.append(h)
+        if self.attn is not None:
+            assert self.attn_out is not None and self.producer is not None
+            h = apply_norm(self.norm2, self._nb2, x, batch) if self.norm_first else x
+            h = self._attend(h, batch, data, generator)
+            h = x + F.dropout(self.attn_out(h), p=self.dropout, training=self.training)
+            if not self.norm_first:
+                h = apply_norm(self.norm2, self._nb2, h, batch)
+            hs.append(h)
+        out = hs[0] if len(hs) == 1 else hs[0] + hs[1]
+        if self.norm_first:
+            out = out + self.mlp(apply_norm(self.norm3, self._nb3, out, batch))
+        else:
+            out = apply_norm(self.norm3, self._nb3, out + self.mlp(out), batch)
+        return out
+
+    def _attend(self, h: Tensor, batch: Tensor | None, data: Any,
+                generator: torch.Generator | None) -> Tensor:
+        assert self.attn is not None and self.producer is not None
+        captured: list[EdgeSet] = []
+        handle = self.producer.register_forward_hook(lambda _m, _i, out: captured.append(out))
+        try:
+            out = self.attn(h, self.producer, batch, data=data, generator=generator)
+        finally:
+            handle.remove()
+        self.last_edges = captured[-1] if captured else None
+        return out
+
+    def __repr__(self) -> str:
+        prod = None if self.producer is None else (self.producer.name or type(self.producer).__name__)
+        return (f"{self.__class__.__name__}({self.channels}, conv={self.conv}, producer={prod}, "
+                f"heads={self.heads})")

@@ -1,0 +1,212 @@
+"""GraphTransformer: encoders + L hybrid layers + a node- or graph-level head."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from torch_geometric.nn import Linear, global_add_pool, global_max_pool, global_mean_pool
+from torch_geometric.nn.resolver import activation_resolver
+
+from graphattn.edgeset import EdgeSet
+from graphattn.nn.blocks import DataView, EdgeEncoder, NodeEncoder, random_sign_flip
+from graphattn.nn.hybrid import HybridLayer
+from graphattn.trace import AttentionTrace, trace
+
+POOLS = {"mean": global_mean_pool, "add": global_add_pool, "sum": global_add_pool,
+         "max": global_max_pool}
+PE_ATTRS = {"laplacian": "laplacian_eigenvector_pe", "random_walk": "random_walk_pe"}
+
+
+class GraphTransformer(nn.Module):
+    r"""A stack of :class:`HybridLayer` s between input encoders and a prediction head.
+
+    .. math::
+        h^{(0)} = \operatorname{Enc}(x) + W_{PE}\,\mathrm{pe}, \qquad
+        h^{(\ell)} = \operatorname{HybridLayer}_\ell(h^{(\ell-1)}), \qquad
+        \hat y = \operatorname{MLP}\big(h^{(L)}\big)\ \text{(node task)}\ \text{or}\
+        \operatorname{MLP}\big(\operatorname{pool}_b h^{(L)}\big)\ \text{(graph task)}
+
+    Args:
+        hidden_channels (int): width of every layer.
+        out_channels (int): outputs per node (node task) or per graph (graph task).
+        num_layers (int): :math:`L`.
+        producer: producer spec for every layer, or a list with one spec per layer (``None`` =
+            no global branch in that layer).
+        conv (str, optional): local MPNN in every layer (see :class:`HybridLayer`).
+        heads (int): attention heads.
+        dropout, attn_dropout (float): see :class:`HybridLayer`.
+        norm (str), norm_first (bool), act (str), ffn_ratio (int): see :class:`HybridLayer`.
+        node_encoder (str): ``"linear"``, ``"atom"`` (ogb molecules) or ``"embedding"``.
+        num_embeddings (int, optional): vocabulary size for ``node_encoder="embedding"``.
+        edge_encoder (str, optional): ``"linear"``, ``"bond"`` or ``None`` (edge features unused).
+        pe (str, optional): ``"laplacian"`` or ``"random_walk"``: reads the attribute written by
+            :class:`torch_geometric.transforms.AddLaplacianEigenvectorPE` /
+            :class:`~torch_geometric.transforms.AddRandomWalkPE` (or ``pe_attr``), encodes it
+            linearly and adds it to :math:`h^{(0)}`. Laplacian eigenvector signs are flipped at
+            random in training.
+        pe_attr (str, optional): the data attribute holding the encoding.
+        task (str): ``"node"`` or ``"graph"``.
+        pool (str): graph read-out, ``"mean"``, ``"add"`` or ``"max"``.
+        head_layers (int): layers of the prediction MLP.
+        input_dropout (float): dropout on the encoded input.
+        attn_kwargs, producer_kwargs (dict, optional): forwarded to every :class:`HybridLayer`.
+    """
+
+    def __init__(
+        self,
+        hidden_channels: int,
+        out_channels: int,
+        num_layers: int = 4,
+        producer: Any = "full",
+        conv: str | None = None,
+        heads: int = 4,
+        dropout: float = 0.0,
+        attn_dropout: float = 0.0,
+        norm: str | None = "layer_norm",
+        norm_first: bool = False,
+        act: str = "relu",
+        ffn_ratio: int = 2,
+        node_encoder: str = "linear",
+        num_embeddings: int | None = None,
+        edge_encoder: str | None = None,
+        pe: str | None = None,
+        pe_attr: str | None = None,
+        task: str = "graph",
+        pool: str = "mean",
+        head_layers: int = 2,
+        input_dropout: float = 0.0,
+        attn_kwargs: dict[str, Any] | None = None,
+        producer_kwargs: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__()
+        if task not in ("node", "graph"):
+            raise ValueError(f"'task' must be 'node' or 'graph', got {task!r}")
+        if pool not in POOLS:
+            raise ValueError(f"'pool' must be one of {sorted(POOLS)}, got {pool!r}")
+        if num_layers < 1:
+            raise ValueError(f"'num_layers' must be >= 1, got {num_layers}")
+        if pe is not None and pe not in PE_ATTRS and pe_attr is None:
+            raise ValueError(f"'pe' must be one of {sorted(PE_ATTRS)} (or give 'pe_attr'), got {pe!r}")
+        self.task = task
+        self.pool = pool
+        self.pe = pe
+        self.pe_attr = pe_attr or (PE_ATTRS.get(pe) if pe else None)
+        self.input_dropout = input_dropout
+        self.node_encoder = NodeEncoder(node_encoder, hidden_channels, num_embeddings)
+        self.edge_encoder = EdgeEncoder(edge_encoder, hidden_channels) if edge_encoder else None
+        self.pe_encoder = Linear(-1, hidden_channels) if self.pe_attr else None
+        producers = (
+            list(producer)
+            if isinstance(producer, Sequence) and not isinstance(producer, (str, bytes))
+            else [producer] * num_layers
+        )
+        if len(producers) != num_layers:
+            raise ValueError(f"got {len(producers)} producer specs for num_layers={num_layers}")
+        edge_dim = hidden_channels if edge_encoder else None
+        self.layers = nn.ModuleList(
+            HybridLayer(
+                hidden_channels,
+                conv=conv,
+                producer=p,
+                heads=heads,
+                dropout=dropout,
+                attn_dropout=attn_dropout,
+                act=act,
+                norm=norm,
+                norm_first=norm_first,
+                ffn_ratio=ffn_ratio,
+                edge_dim=edge_dim,
+                attn_kwargs=attn_kwargs,
+                producer_kwargs=producer_kwargs,
+            )
+            for p in producers
+        )
+        self.final_norm = nn.LayerNorm(hidden_channels) if norm_first else None
+        head: list[nn.Module] = []
+        for _ in range(head_layers - 1):
+            head += [Linear(hidden_channels, hidden_channels), activation_resolver(act),
+                     nn.Dropout(dropout)]
+        head.append(Linear(hidden_channels, out_channels))
+        self.head = nn.Sequential(*head)
+
+    def reset_parameters(self) -> None:
+        for m in self.modules():
+            if m is not self and hasattr(m, "reset_parameters"):
+                m.reset_parameters()
+
+    def encode(self, data: Any) -> tuple[Tensor, Tensor | None]:
+        x = data.x
+        if x is None:
+            raise ValueError("GraphTransformer needs node features 'data.x'")
+        h = self.node_encoder(x)
+        if self.pe_encoder is not None:
+            pe = getattr(data, self.pe_attr, None)
+            if pe is None:
+                raise ValueError(
+                    f"pe={self.pe!r} reads data.{self.pe_attr}; add the PyG transform that writes "
+                    f"it (see graphattn.nn.positional_encoding)"
+                )
+            if self.pe == "laplacian":
+                pe = random_sign_flip(pe, self.training)
+            h = h + self.pe_encoder(pe.to(h.dtype))
+        edge_attr = getattr(data, "edge_attr", None)
+        if self.edge_encoder is not None and edge_attr is not None:
+            edge_attr = self.edge_encoder(edge_attr)
+        elif self.edge_encoder is None:
+            edge_attr = None
+        return nn.functional.dropout(h, self.input_dropout, self.training), edge_attr
+
+    def forward(self, data: Any, *, generator: torch.Generator | None = None,
+                trace_attention: bool = False) -> Tensor | tuple[Tensor, AttentionTrace]:
+        """Predictions for ``data`` (a PyG ``Data``/``Batch``); with ``trace_attention=True`` also
+        the :class:`~graphattn.AttentionTrace` of every layer."""
+        if trace_attention:
+            with trace(self) as t:
+                out = self._forward(data, generator)
+            return out, t
+        return self._forward(data, generator)
+
+    def _forward(self, data: Any, generator: torch.Generator | None) -> Tensor:
+        h, edge_attr = self.encode(data)
+        batch = getattr(data, "batch", None)
+        if batch is None:
+            batch = torch.zeros(h.size(0), dtype=torch.long, device=h.device)
+        view = DataView(data, edge_attr=edge_attr)
+        edge_index = getattr(data, "edge_index", None)
+        for layer in self.layers:
+            h = layer(h, edge_index, batch, edge_attr, data=view, generator=generator)
+        if self.final_norm is not None:
+            h = self.final_norm(h)
+        if self.task == "graph":
+            num_graphs = int(getattr(data, "num_graphs", int(batch.max()) + 1 if batch.numel() else 1))
+            h = POOLS[self.pool](h, batch, size=num_graphs)
+        return self.head(h)
+
+    # --------------------------------------------------------- training signals
+    def edge_sets(self) -> list[EdgeSet]:
+        """The edge sets of the last forward pass, one per layer with a global branch."""
+        return [layer.last_edges for layer in self.layers if layer.last_edges is not None]
+
+    def aux_loss(self) -> Tensor | None:
+        """Sum of the producers' differentiable auxiliary losses in the last forward pass."""
+        losses = [es.aux_loss for es in self.edge_sets() if es.aux_loss is not None]
+        return torch.stack([loss.reshape(()) for loss in losses]).sum() if losses else None
+
+    def policy_terms(self) -> list[tuple[Tensor, Tensor]]:
+        """``(log_prob [A], log_prob_graph [A])`` of every sampling producer in the last pass."""
+        return [(es.log_prob, es.log_prob_graph) for es in self.edge_sets()
+                if es.log_prob is not None and es.log_prob_graph is not None]
+
+
+def positional_encoding(kind: str, dim: int) -> Any:
+    """The PyG transform writing the encoding ``GraphTransformer(pe=kind)`` reads."""
+    from torch_geometric.transforms import AddLaplacianEigenvectorPE, AddRandomWalkPE
+
+    if kind == "laplacian":
+        return AddLaplacianEigenvectorPE(dim, attr_name=PE_ATTRS["laplacian"], is_undirected=True)
+    if kind == "random_walk":
+        return AddRandomWalkPE(dim, attr_name=PE_ATTRS["random_walk"])
+    raise ValueError(f"unknown positional encoding {kind!r}; use 'laplacian' or 'random_walk'")

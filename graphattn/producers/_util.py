@@ -1,0 +1,32 @@
+"""Small helpers shared by the static producers."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from graphattn.producers.base import ProducerContext
+
+
+def producer_generator(ctx: ProducerContext, seed: int) -> torch.Generator | None:
+    """The generator for a random producer.
+
+    The caller's ``ctx.generator`` wins. Otherwise training draws from the global RNG (fresh edges
+    every step, reproducible under ``torch.manual_seed``) and evaluation uses a generator seeded with
+    ``seed``, so evaluation is deterministic unless the caller passes a generator.
+    """
+    if ctx.generator is not None:
+        return ctx.generator
+    if ctx.training:
+        return None
+    g = torch.Generator(device=ctx.device)
+    g.manual_seed(seed)
+    return g
+
+
+def graph_of_local(ctx: ProducerContext) -> tuple[Tensor, Tensor, Tensor]:
+    """``(graph, local, start)`` per node for a sorted batch: node = start[graph] + local."""
+    ptr = ctx.ptr
+    batch = ctx.batch
+    local = torch.arange(ctx.num_nodes, device=ctx.device) - ptr[batch]
+    return batch, local, ptr[:-1]

@@ -1,0 +1,205 @@
+"""The producer interface: a module that turns node features (and the graph) into an EdgeSet.
+
+A producer implements one method, :meth:`EdgeProducer.produce`, which receives a
+:class:`ProducerContext` and returns an :class:`~graphattn.EdgeSet`. It never does attention
+arithmetic. Calling a producer directly works like any module::
+
+    edges = producer(x, batch, data=data)          # standalone
+    out = EdgeAttention(...)(x, producer, batch)   # inside the layer, after the projections
+
+Inside :class:`~graphattn.EdgeAttention` the context also exposes the layer's per-head projections
+(:meth:`ProducerContext.query`, :meth:`~ProducerContext.key`, :meth:`~ProducerContext.value`),
+computed once and shared with the layer: producers such as SBM-Transformer (memberships from ``q``
+and ``k``) or Sliceformer (sorting ``v``) read them there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor, nn
+
+from graphattn.edgeset import EdgeSet, ptr_from_batch
+
+
+class ProducerContext:
+    """Everything a producer may read.
+
+    Attributes:
+        x: ``[N, F]`` node features entering the layer.
+        batch: ``[N]`` graph id of each node.
+        num_graphs: number of graphs ``B`` (graphs may be empty).
+        num_heads: heads of the consuming layer (1 when called standalone, unless given).
+        data: the PyG ``Data``/``Batch`` (``edge_index``, ``edge_attr``, ``pos``, ...) or ``None``.
+        generator: a :class:`torch.Generator` for every random draw, or ``None`` (global RNG).
+        training: whether the consumer is in training mode.
+    """
+
+    def __init__(
+        self,
+        x: Tensor,
+        batch: Tensor | None = None,
+        *,
+        num_graphs: int | None = None,
+        num_heads: int = 1,
+        data: Any = None,
+        generator: torch.Generator | None = None,
+        training: bool = False,
+        projections: dict[str, Callable[[], Tensor]] | None = None,
+    ) -> None:
+        if not isinstance(x, Tensor) or x.dim() != 2:
+            shape = list(x.shape) if isinstance(x, Tensor) else type(x).__name__
+            raise ValueError(f"'x' must be a 2-D tensor [N, F], got {shape}")
+        N = x.size(0)
+        if batch is None:
+            batch = torch.zeros(N, dtype=torch.long, device=x.device)
+        elif not isinstance(batch, Tensor) or batch.dim() != 1 or batch.numel() != N:
+            shape = list(batch.shape) if isinstance(batch, Tensor) else type(batch).__name__
+            raise ValueError(f"'batch' must be a 1-D tensor with one graph id per node [{N}], "
+                             f"got {shape}")
+        elif batch.dtype != torch.long:
+            raise ValueError(f"'batch' must have dtype torch.long, got {batch.dtype}")
+        if num_graphs is None:
+            num_graphs = int(batch.max()) + 1 if N else (1 if data is None else _num_graphs(data))
+        self.x = x
+        self.batch = batch
+        self.num_graphs = num_graphs
+        self.num_heads = num_heads
+        self.data = data
+        self.generator = generator
+        self.training = training
+        self._projections = projections or {}
+        self._cache: dict[str, Tensor] = {}
+
+    @property
+    def num_nodes(self) -> int:
+        return int(self.x.size(0))
+
+    @property
+    def device(self) -> torch.device:
+        return self.x.device
+
+    @property
+    def is_sorted(self) -> bool:
+        b = self.batch
+        return b.numel() < 2 or bool((b[1:] >= b[:-1]).all())
+
+    @property
+    def ptr(self) -> Tensor:
+        """``[B + 1]`` CSR pointer of the graphs; requires a sorted ``batch`` (as in PyG ``Batch``)."""
+        if "ptr" not in self._cache:
+            if not self.is_sorted:
+                raise ValueError("this producer needs 'batch' sorted by graph (as in a PyG Batch)")
+            self._cache["ptr"] = ptr_from_batch(self.batch, self.num_graphs)
+        return self._cache["ptr"]
+
+    @property
+    def counts(self) -> Tensor:
+        """``[B]`` number of nodes per graph."""
+        return torch.bincount(self.batch, minlength=self.num_graphs)
+
+    def local_index(self) -> Tensor:
+        """``[N]`` index of each node within its graph (in node order)."""
+        if "local" not in self._cache:
+            b = self.batch
+            order = torch.argsort(b, stable=True)
+            counts = self.counts
+            starts = torch.cat([counts.new_zeros(1), counts.cumsum(0)[:-1]])
+            local = torch.empty_like(b)
+            local[order] = torch.arange(b.numel(), device=b.device) - starts[b[order]]
+            self._cache["local"] = local
+        return self._cache["local"]
+
+    def attr(self, name: str) -> Any:
+        """``data.<name>``, with a clear error if there is no data or no such attribute."""
+        if self.data is None:
+            raise ValueError(f"this producer reads data.{name}, but no 'data' was passed")
+        value = getattr(self.data, name, None)
+        if value is None:
+            raise ValueError(f"this producer reads data.{name}, which the data does not have")
+        return value
+
+    def _projection(self, name: str) -> Tensor:
+        if name not in self._cache:
+            fn = self._projections.get(name)
+            if fn is None:
+                raise ValueError(
+                    f"this producer needs the layer's '{name}' projection; call it from "
+                    f"EdgeAttention (in mode='attention' for query/key)"
+                )
+            self._cache[name] = fn()
+        return self._cache[name]
+
+    def query(self) -> Tensor:
+        """The consuming layer's queries ``[N, H, C]``."""
+        return self._projection("query")
+
+    def key(self) -> Tensor:
+        """The consuming layer's keys of the real nodes ``[N, H, C]``."""
+        return self._projection("key")
+
+    def value(self) -> Tensor:
+        """The consuming layer's values of the real nodes ``[N, H, C]``."""
+        return self._projection("value")
+
+    def cached_projection(self, name: str) -> Tensor | None:
+        return self._cache.get(name)
+
+
+def _num_graphs(data: Any) -> int:
+    n = getattr(data, "num_graphs", None)
+    return int(n) if n is not None else 1
+
+
+class EdgeProducer(nn.Module):
+    """Base class of every producer: implement :meth:`produce`.
+
+    Class attributes:
+        mode: the EdgeSet mode this producer emits (``"attention"`` or ``"weighted"``); the hybrid
+            layer builds its attention accordingly (no query/key parameters for ``"weighted"``).
+        name: the registry name (set by :func:`~graphattn.producers.register_producer`).
+    """
+
+    mode: ClassVar[str] = "attention"
+    name: ClassVar[str] = ""
+
+    def __init__(self) -> None:
+        super().__init__()
+
+    def forward(
+        self,
+        x: Tensor,
+        batch: Tensor | None = None,
+        *,
+        data: Any = None,
+        generator: torch.Generator | None = None,
+        num_heads: int | None = None,
+        context: ProducerContext | None = None,
+    ) -> EdgeSet:
+        if context is None:
+            context = ProducerContext(
+                x, batch, num_heads=num_heads or 1, data=data, generator=generator,
+                training=self.training,
+            )
+        edges = self.produce(context)
+        if not isinstance(edges, EdgeSet):
+            raise TypeError(f"{type(self).__name__}.produce() must return an EdgeSet, "
+                            f"got {type(edges).__name__}")
+        return edges
+
+    def produce(self, ctx: ProducerContext) -> EdgeSet:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def extra_repr(self) -> str:
+        return ""
+
+
+def check_positive_int(name: str, value: Any, *, allow_zero: bool = False) -> int:
+    """Validates a producer hyperparameter."""
+    low = 0 if allow_zero else 1
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        kind = "non-negative" if allow_zero else "positive"
+        raise ValueError(f"'{name}' must be a {kind} int, got {value!r}")
+    return value

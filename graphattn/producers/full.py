@@ -1,0 +1,37 @@
+"""Full attention within each graph, as a shared-sources edge set (dense SDPA fast path)."""
+
+from __future__ import annotations
+
+import torch
+
+from graphattn.edgeset import EdgeSet
+from graphattn.origins import origin_code
+from graphattn.producers.base import EdgeProducer, ProducerContext
+from graphattn.producers.registry import register_producer
+from graphattn.structured import SharedSourceEdgeSet
+
+
+@register_producer("full")
+class FullAttention(EdgeProducer):
+    r"""Every node attends to every node of its own graph, itself included:
+    :math:`\mathcal{N}(i) = \{j : \text{batch}_j = \text{batch}_i\}`.
+
+    Emitted as a :class:`~graphattn.SharedSourceEdgeSet` (``sources [B, 1, n_max]`` with a padding
+    mask), so the layer runs padded-key SDPA per graph instead of enumerating :math:`\sum_b n_b^2`
+    edges. Needs a sorted ``batch``.
+    """
+
+    def produce(self, ctx: ProducerContext) -> EdgeSet:
+        ptr = ctx.ptr
+        counts = ptr[1:] - ptr[:-1]
+        B = counts.numel()
+        n_max = int(counts.max()) if B else 0
+        slot = torch.arange(n_max, device=ctx.device)
+        sources = (ptr[:-1, None] + slot[None, :]).view(B, 1, n_max)
+        mask = (slot[None, :] < counts[:, None]).view(B, 1, n_max)
+        sources = torch.where(mask, sources, torch.zeros_like(sources))
+        origin = torch.full_like(sources, origin_code("full"))
+        return SharedSourceEdgeSet(
+            sources, ptr, num_heads=ctx.num_heads, source_mask=mask, origin=origin,
+            stats={"edges_per_node": float((counts * counts).sum()) / max(ctx.num_nodes, 1)},
+        )

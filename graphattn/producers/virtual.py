@@ -1,0 +1,68 @@
+"""Virtual (global) nodes: per-graph summary sources every node of the graph attends to."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch_geometric.utils import scatter
+
+from graphattn.edgeset import EdgeSet
+from graphattn.origins import origin_code
+from graphattn.producers.base import EdgeProducer, ProducerContext, check_positive_int
+from graphattn.producers.registry import register_producer
+from graphattn.structured import SharedSourceEdgeSet
+
+POOLS = ("mean", "sum", "max", "none")
+
+
+@register_producer("virtual")
+class VirtualNodes(EdgeProducer):
+    r"""Each graph :math:`b` gets :math:`m` virtual source nodes
+    :math:`u_{b,j} = e_j + \operatorname{pool}_{i \in b}(x_i)`, :math:`j = 1..m`, and every node of
+    :math:`b` attends to them: :math:`\mathcal{N}(i) \supseteq \{u_{b,1}, \dots, u_{b,m}\}`.
+
+    The virtual nodes are sources only (a global read-out channel in one hop, as Exphormer's
+    virtual nodes seen from the targets); their features are appended as ``virtual_x`` and projected
+    by the layer. Alone it is a :class:`~graphattn.SharedSourceEdgeSet`; unite it with local edges
+    (``union``) for the usual "edges + virtual node" model.
+
+    Args:
+        channels (int): width of ``x`` (the learned embeddings :math:`e_j`).
+        num_virtual (int): :math:`m`.
+        pool (str): ``"mean"``, ``"sum"``, ``"max"`` or ``"none"`` (embeddings only).
+    """
+
+    def __init__(self, channels: int, num_virtual: int = 1, pool: str = "mean") -> None:
+        super().__init__()
+        self.channels = check_positive_int("channels", channels)
+        self.num_virtual = check_positive_int("num_virtual", num_virtual)
+        if pool not in POOLS:
+            raise ValueError(f"'pool' must be one of {POOLS}, got {pool!r}")
+        self.pool = pool
+        self.embedding = nn.Parameter(torch.empty(num_virtual, channels))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        nn.init.normal_(self.embedding, std=0.02)
+
+    def produce(self, ctx: ProducerContext) -> EdgeSet:
+        if ctx.x.size(1) != self.channels:
+            raise ValueError(f"VirtualNodes(channels={self.channels}) got x of width {ctx.x.size(1)}")
+        B, m, N = ctx.num_graphs, self.num_virtual, ctx.num_nodes
+        ptr = ctx.ptr
+        emb = self.embedding.to(ctx.x.dtype)
+        if self.pool == "none":
+            summary = ctx.x.new_zeros(B, self.channels)
+        else:
+            summary = scatter(ctx.x, ctx.batch, dim=0, dim_size=B, reduce=self.pool)
+        virtual_x = (summary[:, None, :] + emb[None]).reshape(B * m, self.channels)
+        virtual_batch = torch.arange(B, device=ctx.device).repeat_interleave(m)
+        sources = (N + torch.arange(B * m, device=ctx.device)).view(B, 1, m)
+        return SharedSourceEdgeSet(
+            sources, ptr, num_heads=ctx.num_heads, virtual_x=virtual_x,
+            virtual_batch=virtual_batch, origin=torch.full_like(sources, origin_code("virtual")),
+            stats={"edges_per_node": float(m)},
+        )
+
+    def extra_repr(self) -> str:
+        return f"channels={self.channels}, num_virtual={self.num_virtual}, pool={self.pool!r}"

@@ -1,0 +1,50 @@
+"""Sliding-window (banded) attention over the node order of each graph."""
+
+from __future__ import annotations
+
+import torch
+
+from graphattn.edgeset import EdgeSet
+from graphattn.origins import origin_code
+from graphattn.producers._util import graph_of_local
+from graphattn.producers.base import EdgeProducer, ProducerContext, check_positive_int
+from graphattn.producers.registry import register_producer
+
+
+@register_producer("window")
+class SlidingWindow(EdgeProducer):
+    r"""Local attention over each graph's node order (sequence position):
+    :math:`\mathcal{N}(i) = \{j : 0 \le i - j \le w\}` if ``causal`` else
+    :math:`\{j : |i - j| \le w\}`, with :math:`i, j` local indices within one graph.
+
+    Interior nodes have in-degree :math:`2w + 1` (:math:`w + 1` causal); nodes near either end of
+    their graph have fewer. Needs a sorted ``batch`` (nodes of a graph in sequence order, as the
+    sequence loaders produce).
+
+    Args:
+        window (int): half-width :math:`w` (``window=0`` is self-attention only).
+        causal (bool): only attend backwards.
+    """
+
+    def __init__(self, window: int = 8, causal: bool = False) -> None:
+        super().__init__()
+        self.window = check_positive_int("window", window, allow_zero=True)
+        self.causal = bool(causal)
+
+    def produce(self, ctx: ProducerContext) -> EdgeSet:
+        graph, local, start = graph_of_local(ctx)
+        counts = ctx.counts
+        w = self.window
+        offsets = torch.arange(-w, 1 if self.causal else w + 1, device=ctx.device)
+        src_local = local[:, None] + offsets[None, :]  # [N, W]
+        valid = (src_local >= 0) & (src_local < counts[graph][:, None])
+        dst = torch.arange(ctx.num_nodes, device=ctx.device)[:, None].expand_as(src_local)
+        src = start[graph][:, None] + src_local
+        edge_index = torch.stack([src[valid], dst[valid]])
+        origin = torch.full((edge_index.size(1),), origin_code("window"), dtype=torch.long,
+                            device=ctx.device)
+        return EdgeSet(edge_index, num_heads=ctx.num_heads, origin=origin,
+                       stats={"edges_per_node": edge_index.size(1) / max(ctx.num_nodes, 1)})
+
+    def extra_repr(self) -> str:
+        return f"window={self.window}, causal={self.causal}"

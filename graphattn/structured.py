@@ -1,0 +1,380 @@
+"""Structured edge sets: the same meaning as :class:`~graphattn.EdgeSet`, a faster kernel.
+
+* :class:`SharedSourceEdgeSet` — every target of graph ``b`` attends, in head ``h``, to the same
+  source list ``sources[b, h]`` (SAMSA, full attention, virtual nodes) → dense batched SDPA.
+* :class:`PermutationEdgeSet` — one in-edge per (target, head) (Sliceformer) → a gather.
+* :class:`OperatorEdgeSet` — a linear operator ``matvec(v)`` never enumerated (Converter).
+
+Each implements ``to_explicit()``, which materialises plain edges in a documented order; the tests
+check every fast kernel against the explicit path on those edges.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from graphattn.edgeset import (
+    EdgeSet,
+    _need_finite,
+    _need_float,
+    _need_long,
+    _need_tensor,
+    _shape,
+)
+from graphattn.origins import origin_code
+
+
+class SharedSourceEdgeSet(EdgeSet):
+    r"""Every target of graph :math:`b` attends, in head :math:`h`, to the sources ``sources[b, h]``.
+
+    Args:
+        sources (LongTensor): ``[B, Hs, k]`` global source ids (real nodes or virtual sources
+            ``>= N``), ``Hs = 1`` (the same for every head) or ``Hs = num_heads``.
+        ptr (LongTensor): ``[B + 1]`` the targets of graph ``b`` are nodes ``ptr[b] .. ptr[b+1]-1``.
+        source_mask (BoolTensor, optional): ``[B, Hs, k]``, ``False`` for padding slots.
+        bias, weight (Tensor, optional): ``[B, Hs, k]`` per-slot logit bias / message weight.
+        origin (LongTensor, optional): ``[B, Hs, k]`` producer code per slot.
+
+    The layer's fast path gathers ``[B, H, k]`` keys and values and runs
+    :func:`torch.nn.functional.scaled_dot_product_attention` with query-side padding only.
+    """
+
+    structure = "shared_sources"
+
+    def __init__(
+        self,
+        sources: Tensor,
+        ptr: Tensor,
+        *,
+        num_heads: int = 1,
+        source_mask: Tensor | None = None,
+        mode: str = "attention",
+        bias: Tensor | None = None,
+        weight: Tensor | None = None,
+        origin: Tensor | None = None,
+        virtual_x: Tensor | None = None,
+        virtual_batch: Tensor | None = None,
+        log_prob: Tensor | None = None,
+        log_prob_graph: Tensor | None = None,
+        aux_loss: Tensor | None = None,
+        stats: dict[str, Any] | None = None,
+    ) -> None:
+        _need_long("sources", _need_tensor("sources", sources, dims=3))
+        _need_long("ptr", _need_tensor("ptr", ptr, dims=1))
+        B, Hs, _ = sources.shape
+        if ptr.numel() != B + 1:
+            raise ValueError(f"'ptr' must have shape [{B + 1}] for {B} graphs, got {_shape(ptr)}")
+        if B and (int(ptr[0]) != 0 or bool((ptr[1:] < ptr[:-1]).any())):
+            raise ValueError("'ptr' must start at 0 and be non-decreasing")
+        if Hs not in (1, num_heads):
+            raise ValueError(
+                f"'sources' must have shape [B, 1 or num_heads={num_heads}, k], "
+                f"got {_shape(sources)}"
+            )
+        for name, t in (("source_mask", source_mask), ("bias", bias), ("weight", weight),
+                        ("origin", origin)):
+            if t is None:
+                continue
+            _need_tensor(name, t, dims=3)
+            if t.shape != sources.shape:
+                raise ValueError(
+                    f"'{name}' must have the shape of 'sources' {_shape(sources)}, got {_shape(t)}"
+                )
+        if source_mask is not None and source_mask.dtype != torch.bool:
+            raise ValueError(f"'source_mask' must have dtype torch.bool, got {source_mask.dtype}")
+        if origin is not None:
+            _need_long("origin", origin)
+        for name, t in (("bias", bias), ("weight", weight)):
+            if t is not None:
+                _need_finite(name, _need_float(name, t))
+        self.sources = sources
+        self.ptr = ptr
+        self.source_mask = source_mask
+        self.slot_bias = bias
+        self.slot_weight = weight
+        self.slot_origin = origin
+        super().__init__(
+            None,  # type: ignore[arg-type]
+            num_heads=num_heads,
+            mode=mode,
+            virtual_x=virtual_x,
+            virtual_batch=virtual_batch,
+            log_prob=log_prob,
+            log_prob_graph=log_prob_graph,
+            aux_loss=aux_loss,
+            stats=stats,
+        )
+        if mode == "weighted" and bias is not None:
+            raise ValueError("'bias' is only meaningful in mode='attention'")
+
+    @property
+    def num_graphs(self) -> int:
+        return int(self.sources.size(0))
+
+    @property
+    def per_head(self) -> bool:
+        return self.sources.size(1) > 1
+
+    @property
+    def num_edges(self) -> int:
+        counts = self.ptr[1:] - self.ptr[:-1]
+        if self.source_mask is None:
+            per_graph = torch.full_like(counts, self.sources.size(1) * self.sources.size(2))
+        else:
+            per_graph = self.source_mask.sum((1, 2))
+        return int((counts * per_graph).sum())
+
+    def validate(self, num_nodes: int, batch: Tensor | None = None) -> EdgeSet:
+        if int(self.ptr[-1]) != num_nodes:
+            raise ValueError(
+                f"'ptr' must end at num_nodes={num_nodes} (the targets are all real nodes), "
+                f"got {int(self.ptr[-1])}"
+            )
+        if batch is not None and batch.numel() == num_nodes and num_nodes:
+            expected = torch.repeat_interleave(
+                torch.arange(self.num_graphs, device=batch.device), self.ptr[1:] - self.ptr[:-1]
+            )
+            if not torch.equal(expected, batch):
+                raise ValueError(
+                    "'batch' must be sorted and agree with 'ptr' for a SharedSourceEdgeSet"
+                )
+        return super().validate(num_nodes, batch)
+
+    def to_explicit(self) -> EdgeSet:
+        cached = self._cache.get("explicit")
+        if cached is not None:
+            return cached
+        B, Hs, k = self.sources.shape
+        dev = self.sources.device
+        counts = self.ptr[1:] - self.ptr[:-1]
+        N = int(self.ptr[-1])
+        graph_of = torch.repeat_interleave(torch.arange(B, device=dev), counts, output_size=N)
+        # edges in order: target-major, then head, then slot
+        src = self.sources[graph_of].reshape(-1)  # [N * Hs * k]
+        dst = torch.arange(N, device=dev).repeat_interleave(Hs * k)
+        head = torch.arange(Hs, device=dev).repeat_interleave(k).repeat(N) if Hs > 1 else None
+
+        def per_slot(t: Tensor | None) -> Tensor | None:
+            return None if t is None else t[graph_of].reshape(-1)
+
+        keep = per_slot(self.source_mask)
+        es = EdgeSet(
+            torch.stack([src, dst]),
+            head=head,
+            num_heads=self.num_heads,
+            mode=self.mode,
+            bias=per_slot(self.slot_bias),
+            weight=per_slot(self.slot_weight),
+            origin=per_slot(self.slot_origin),
+            virtual_x=self.virtual_x,
+            virtual_batch=self.virtual_batch,
+            log_prob=self.log_prob,
+            log_prob_graph=self.log_prob_graph,
+            aux_loss=self.aux_loss,
+            stats=self.stats,
+        )
+        if keep is not None:
+            es = es.select(keep)
+        self._cache["explicit"] = es
+        return es
+
+    def __repr__(self) -> str:
+        B, Hs, k = self.sources.shape
+        return (
+            f"{type(self).__name__}(num_graphs={B}, sources_per_head={k}, head_shared={Hs == 1}, "
+            f"num_heads={self.num_heads}, mode={self.mode!r}, num_virtual={self.num_virtual})"
+        )
+
+
+class PermutationEdgeSet(EdgeSet):
+    r"""Exactly one in-edge per (target, head): target :math:`t` reads source ``src[t, h]`` in head
+    :math:`h`.
+
+    Args:
+        src (LongTensor): ``[N, Hs]`` with ``Hs = 1`` (shared) or ``num_heads``.
+        weight (Tensor, optional): ``[N, Hs]`` message weight.
+        origin (LongTensor, optional): ``[N, Hs]`` producer code.
+
+    In ``"attention"`` mode the softmax over a single edge is 1, so ``out[t, h] = w · v[src[t,h], h]``
+    (a gather); in ``"weighted"`` mode the same.
+    """
+
+    structure = "permutation"
+
+    def __init__(
+        self,
+        src: Tensor,
+        *,
+        num_heads: int = 1,
+        mode: str = "weighted",
+        weight: Tensor | None = None,
+        origin: Tensor | None = None,
+        virtual_x: Tensor | None = None,
+        virtual_batch: Tensor | None = None,
+        aux_loss: Tensor | None = None,
+        stats: dict[str, Any] | None = None,
+    ) -> None:
+        _need_long("src", _need_tensor("src", src, dims=2))
+        if src.size(1) not in (1, num_heads):
+            raise ValueError(
+                f"'src' must have shape [N, 1 or num_heads={num_heads}], got {_shape(src)}"
+            )
+        for name, t in (("weight", weight), ("origin", origin)):
+            if t is not None:
+                _need_tensor(name, t, dims=2)
+                if t.shape != src.shape:
+                    raise ValueError(
+                        f"'{name}' must have the shape of 'src' {_shape(src)}, got {_shape(t)}"
+                    )
+        if weight is not None:
+            _need_finite("weight", _need_float("weight", weight, complex_ok=True))
+        if origin is not None:
+            _need_long("origin", origin)
+        self.src = src
+        self.slot_weight = weight
+        self.slot_origin = origin
+        super().__init__(
+            None,  # type: ignore[arg-type]
+            num_heads=num_heads,
+            mode=mode,
+            virtual_x=virtual_x,
+            virtual_batch=virtual_batch,
+            aux_loss=aux_loss,
+            stats=stats,
+        )
+
+    @property
+    def per_head(self) -> bool:
+        return self.src.size(1) > 1
+
+    @property
+    def num_edges(self) -> int:
+        return int(self.src.numel())
+
+    def validate(self, num_nodes: int, batch: Tensor | None = None) -> EdgeSet:
+        if self.src.size(0) != num_nodes:
+            raise ValueError(
+                f"'src' must have one row per target node ({num_nodes}), got {_shape(self.src)}"
+            )
+        return super().validate(num_nodes, batch)
+
+    def to_explicit(self) -> EdgeSet:
+        cached = self._cache.get("explicit")
+        if cached is not None:
+            return cached
+        N, Hs = self.src.shape
+        dev = self.src.device
+        dst = torch.arange(N, device=dev).repeat_interleave(Hs)
+        es = EdgeSet(
+            torch.stack([self.src.reshape(-1), dst]),
+            head=torch.arange(Hs, device=dev).repeat(N) if Hs > 1 else None,
+            num_heads=self.num_heads,
+            mode=self.mode,
+            weight=None if self.slot_weight is None else self.slot_weight.reshape(-1),
+            origin=None if self.slot_origin is None else self.slot_origin.reshape(-1),
+            virtual_x=self.virtual_x,
+            virtual_batch=self.virtual_batch,
+            aux_loss=self.aux_loss,
+            stats=self.stats,
+        )
+        self._cache["explicit"] = es
+        return es
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(num_nodes={self.src.size(0)}, "
+            f"head_shared={self.src.size(1) == 1}, num_heads={self.num_heads}, mode={self.mode!r})"
+        )
+
+
+class OperatorEdgeSet(EdgeSet):
+    r"""A block-diagonal linear operator :math:`o = S v` applied without enumerating its edges.
+
+    Subclasses implement :meth:`matvec` (``v [N, H, C] -> [N, H, C]``, real or complex) and may
+    implement :meth:`rmatvec` (:math:`S^H v`). ``ptr`` ``[B + 1]`` delimits the graphs; the operator
+    must not mix graphs. ``to_explicit()`` materialises the dense complete digraph per graph by
+    applying :meth:`matvec` to a per-graph identity (small graphs only). Always ``"weighted"`` mode.
+    """
+
+    structure = "operator"
+
+    def __init__(
+        self,
+        ptr: Tensor,
+        *,
+        num_heads: int = 1,
+        aux_loss: Tensor | None = None,
+        stats: dict[str, Any] | None = None,
+    ) -> None:
+        _need_long("ptr", _need_tensor("ptr", ptr, dims=1))
+        self.ptr = ptr
+        super().__init__(
+            None,  # type: ignore[arg-type]
+            num_heads=num_heads,
+            mode="weighted",
+            aux_loss=aux_loss,
+            stats=stats,
+        )
+
+    def matvec(self, v: Tensor) -> Tensor:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def rmatvec(self, v: Tensor) -> Tensor:  # pragma: no cover - abstract
+        raise NotImplementedError(f"{type(self).__name__} does not implement rmatvec")
+
+    @property
+    def num_edges(self) -> int:
+        counts = self.ptr[1:] - self.ptr[:-1]
+        return int((counts * counts).sum())
+
+    def validate(self, num_nodes: int, batch: Tensor | None = None) -> EdgeSet:
+        if int(self.ptr[-1]) != num_nodes:
+            raise ValueError(f"'ptr' must end at num_nodes={num_nodes}, got {int(self.ptr[-1])}")
+        return self
+
+    def to_explicit(self, max_nodes_per_graph: int = 4096) -> EdgeSet:
+        cached = self._cache.get("explicit")
+        if cached is not None:
+            return cached
+        counts = self.ptr[1:] - self.ptr[:-1]
+        N = int(self.ptr[-1])
+        dev = self.ptr.device
+        n_max = int(counts.max()) if counts.numel() else 0
+        if n_max > max_nodes_per_graph:
+            raise ValueError(
+                f"to_explicit() of an operator materialises n^2 edges per graph; the largest graph "
+                f"has {n_max} > max_nodes_per_graph={max_nodes_per_graph} nodes"
+            )
+        graph_of = torch.repeat_interleave(torch.arange(counts.numel(), device=dev), counts)
+        local = torch.arange(N, device=dev) - self.ptr[graph_of]
+        H = self.num_heads
+        eye = torch.zeros(N, H, n_max, device=dev)
+        eye[torch.arange(N, device=dev), :, local] = 1.0
+        dense = self.matvec(eye)  # dense[ptr_b + i, h, j] = S_b[i, j] in head h
+        # edges j -> i for every pair of one graph
+        dst = torch.repeat_interleave(torch.arange(N, device=dev), counts[graph_of])
+        start = self.ptr[graph_of].repeat_interleave(counts[graph_of])
+        within = torch.arange(dst.numel(), device=dev) - torch.repeat_interleave(
+            torch.cumsum(counts[graph_of], 0) - counts[graph_of], counts[graph_of]
+        )
+        src = start + within
+        w = dense[dst, :, within]  # [E, H]
+        es = EdgeSet(
+            torch.stack([src, dst]),
+            num_heads=H,
+            mode="weighted",
+            weight=w,
+            origin=torch.full((dst.numel(),), origin_code("operator"), device=dev),
+            aux_loss=self.aux_loss,
+            stats=self.stats,
+        )
+        self._cache["explicit"] = es
+        return es
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(num_nodes={int(self.ptr[-1])}, num_heads={self.num_heads})"
+
+

@@ -1,0 +1,119 @@
+r"""Fast paths for structured edge sets.
+
+* :func:`shared_source_attention` — every target of graph :math:`b` attends, in head :math:`h`, to
+  the same gathered sources ``sources[b, h]``: queries are padded per graph (query side only), keys
+  and values are gathered into ``[B, H, k, C]`` and
+  :func:`torch.nn.functional.scaled_dot_product_attention` does the rest.
+* :func:`permutation_gather` — one in-edge per (target, head): ``out[t, h] = w[t, h] v[src[t, h], h]``.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torch_geometric.utils import to_dense_batch
+
+
+def _gather_heads(table: Tensor, index: Tensor) -> Tensor:
+    """``table [S, H, C]``, ``index [B, Hs, k]`` → ``[B, H, k, C]`` (``Hs`` = 1 or H)."""
+    _B, Hs, _k = index.shape
+    H = table.size(1)
+    if Hs == 1:
+        return table[index[:, 0]].transpose(1, 2)  # [B, k, H, C] -> [B, H, k, C]
+    heads = torch.arange(H, device=index.device).view(1, H, 1)
+    return table[index, heads]
+
+
+def shared_source_attention(
+    q: Tensor | None,
+    k: Tensor | None,
+    v: Tensor,
+    sources: Tensor,
+    ptr: Tensor,
+    batch: Tensor,
+    *,
+    source_mask: Tensor | None = None,
+    bias: Tensor | None = None,
+    weight: Tensor | None = None,
+    mode: str = "attention",
+    dropout: float = 0.0,
+    scale: float | None = None,
+) -> Tensor:
+    """Attention of every real node over its graph's shared source list.
+
+    Args:
+        q: ``[N, H, C]`` queries of the real nodes (``None`` in weighted mode).
+        k, v: ``[S, H, C]`` keys / values of all sources (real nodes, then virtual sources).
+        sources: ``[B, Hs, k]`` source ids per graph (and head).
+        ptr, batch: graph layout of the real nodes (``batch`` sorted).
+        source_mask, bias, weight: ``[B, Hs, k]``.
+
+    Returns ``[N, H, C]``; targets of graphs without any valid source get 0.
+    """
+    N, H, C = batch.numel(), v.size(1), v.size(2)
+    B, Hs, kk = sources.shape
+    if N == 0 or kk == 0 or B == 0:
+        return v.new_zeros(N, H, C)
+    counts = ptr[1:] - ptr[:-1]
+    n_max = int(counts.max())
+    if source_mask is None:
+        mask = torch.ones_like(sources, dtype=torch.bool)
+    else:
+        mask = source_mask
+    idx = torch.where(mask, sources, torch.zeros_like(sources))
+    any_valid = mask.any(-1, keepdim=True)  # [B, Hs, 1]
+    # a graph without sources attends to slot 0 (a valid index) and its output is zeroed below
+    first = torch.zeros_like(mask)
+    first[..., 0] = True
+    mask = mask | (~any_valid & first)
+
+    vd = _gather_heads(v, idx)  # [B, H, k, C]
+    if weight is not None:
+        w = weight if Hs == H else weight.expand(B, H, kk)
+        vd = vd * w.unsqueeze(-1).to(vd.dtype)
+    if mode == "attention":
+        assert q is not None and k is not None
+        qd, _ = to_dense_batch(q.reshape(N, H * C), batch, batch_size=B, max_num_nodes=n_max)
+        qd = qd.view(B, n_max, H, C).transpose(1, 2)  # [B, H, n_max, C]
+        kd = _gather_heads(k, idx)
+        attn_mask: Tensor = mask.unsqueeze(2)  # [B, Hs, 1, k] bool
+        if bias is not None:
+            neg = torch.tensor(float("-inf"), dtype=qd.dtype, device=qd.device)
+            attn_mask = torch.where(attn_mask, bias.unsqueeze(2).to(qd.dtype), neg)
+        out = F.scaled_dot_product_attention(
+            qd, kd, vd, attn_mask=attn_mask, dropout_p=dropout, scale=scale
+        )
+    else:
+        # weighted: every target of graph b receives sum_slots w * v (identical rows)
+        pooled = (vd * mask.unsqueeze(-1).to(vd.dtype)).sum(2, keepdim=True)  # [B, H, 1, C]
+        out = pooled.expand(B, H, n_max, C)
+    out = out * any_valid.unsqueeze(-1).to(out.dtype)
+    out = out.transpose(1, 2)  # [B, n_max, H, C]
+    local = torch.arange(N, device=batch.device) - ptr[batch]
+    return out[batch, local]
+
+
+def permutation_gather(
+    v: Tensor,
+    src: Tensor,
+    *,
+    weight: Tensor | None = None,
+    alpha: Tensor | None = None,
+) -> Tensor:
+    """``out[t, h] = alpha[t, h] * weight[t, h] * v[src[t, h], h]`` for ``src [N, Hs]``."""
+    if src.size(1) == 1:
+        out = v[src[:, 0]]
+    else:
+        heads = torch.arange(v.size(1), device=src.device).view(1, -1)
+        out = v[src, heads]
+    coef = None
+    if weight is not None:
+        coef = weight
+    if alpha is not None:
+        coef = alpha if coef is None else coef * alpha
+    if coef is not None:
+        if coef.is_complex() and not out.is_complex():
+            out = out.to(torch.promote_types(out.dtype, coef.dtype))
+        out = out * coef.unsqueeze(-1)
+    return out

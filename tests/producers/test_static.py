@@ -1,0 +1,233 @@
+"""Property tests of the static producers: no cross-graph edge, the promised degrees,
+determinism under a generator, and graphs with 0 and 1 nodes."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from graphattn import EdgeAttention, origin_code
+from graphattn.producers import (
+    PRODUCERS,
+    ExpanderEdges,
+    FullAttention,
+    InputEdges,
+    KNNEdges,
+    RandomEdges,
+    SlidingWindow,
+    UnionProducer,
+    VirtualNodes,
+    build_producer,
+)
+from graphattn.producers.expander import regular_degree
+from tests.helpers import make_batch
+
+sizes_st = st.lists(st.integers(0, 14), min_size=1, max_size=5)
+HEADS = 2
+
+
+def produce(producer, batch, generator=None, training=False):
+    producer.train(training)
+    es = producer(batch.x, batch.batch, data=batch, generator=generator, num_heads=HEADS)
+    es.validate(batch.num_nodes, batch.batch)  # includes the cross-graph check
+    return es.to_explicit()
+
+
+def in_degree(es, n):
+    return torch.bincount(es.edge_index[1], minlength=n)
+
+
+def counts_of(batch):
+    return (batch.ptr[1:] - batch.ptr[:-1])[batch.batch]
+
+
+def no_cross_graph(es, batch):
+    src, dst = es.edge_index
+    real = src < batch.num_nodes
+    assert torch.equal(batch.batch[src[real]], batch.batch[dst[real]])
+
+
+def consumable(producer, batch):
+    """The producer's edge set runs through the layer without NaN."""
+    layer = EdgeAttention(batch.x.size(1), 3, heads=HEADS).double()
+    out = layer(batch.x, producer, batch.batch, data=batch)
+    assert torch.isfinite(out).all()
+
+
+@settings(max_examples=25, deadline=None)
+@given(sizes=sizes_st, loops=st.booleans())
+def test_input_edges(sizes, loops):
+    batch = make_batch(sizes)
+    es = produce(InputEdges(self_loops=loops), batch)
+    no_cross_graph(es, batch)
+    base = batch.edge_index.size(1)
+    assert torch.equal(es.edge_index[:, :base], batch.edge_index)  # order kept
+    if loops:
+        src, dst = es.edge_index
+        has = torch.zeros(batch.num_nodes, dtype=torch.bool)
+        has[src[src == dst]] = True
+        assert has.all()
+        assert (es.origin[base:] == origin_code("self_loop")).all()
+    consumable(InputEdges(self_loops=loops), batch)
+
+
+@settings(max_examples=25, deadline=None)
+@given(sizes=sizes_st)
+def test_full(sizes):
+    batch = make_batch(sizes)
+    es = produce(FullAttention(), batch)
+    no_cross_graph(es, batch)
+    assert torch.equal(in_degree(es, batch.num_nodes), counts_of(batch))
+    assert es.coalesce().num_edges == es.num_edges  # no duplicates
+    consumable(FullAttention(), batch)
+
+
+@settings(max_examples=25, deadline=None)
+@given(sizes=sizes_st, w=st.integers(0, 4), causal=st.booleans())
+def test_window(sizes, w, causal):
+    batch = make_batch(sizes)
+    es = produce(SlidingWindow(w, causal=causal), batch)
+    no_cross_graph(es, batch)
+    local = torch.arange(batch.num_nodes) - batch.ptr[batch.batch]
+    n = counts_of(batch)
+    left = torch.minimum(local, torch.tensor(w))
+    right = 0 if causal else torch.minimum(n - 1 - local, torch.tensor(w))
+    assert torch.equal(in_degree(es, batch.num_nodes), left + right + 1)
+    src, dst = es.edge_index
+    off = dst - src
+    assert off.abs().max() <= w if es.num_edges else True
+    if causal and es.num_edges:
+        assert (off >= 0).all()
+
+
+@settings(max_examples=25, deadline=None)
+@given(sizes=sizes_st, k=st.integers(1, 6), loop=st.booleans())
+def test_knn(sizes, k, loop):
+    batch = make_batch(sizes)
+    es = produce(KNNEdges(k, loop=loop), batch)
+    no_cross_graph(es, batch)
+    n = counts_of(batch)
+    expected = torch.minimum(n if loop else n - 1, torch.tensor(k))
+    assert torch.equal(in_degree(es, batch.num_nodes), expected)
+    src, dst = es.edge_index
+    if not loop:
+        assert (src != dst).all()
+    # they are the nearest: no excluded same-graph node is strictly closer than a chosen one
+    d = torch.cdist(batch.pos, batch.pos)
+    for i in range(batch.num_nodes):
+        chosen = src[dst == i]
+        if chosen.numel() == 0:
+            continue
+        same = (batch.batch == batch.batch[i]).nonzero().view(-1)
+        others = same[~torch.isin(same, chosen)]
+        if not loop:
+            others = others[others != i]
+        if others.numel():
+            assert d[i, others].min() >= d[i, chosen].max() - 1e-9
+
+
+@settings(max_examples=25, deadline=None)
+@given(sizes=sizes_st, k=st.integers(1, 8), exclude=st.booleans(), seed=st.integers(0, 99))
+def test_random(sizes, k, exclude, seed):
+    batch = make_batch(sizes)
+    p = RandomEdges(k, exclude_self=exclude)
+    es = produce(p, batch, torch.Generator().manual_seed(seed))
+    no_cross_graph(es, batch)
+    n = counts_of(batch)
+    expected = torch.minimum(n - 1 if exclude else n, torch.tensor(k)).clamp(min=0)
+    assert torch.equal(in_degree(es, batch.num_nodes), expected)
+    assert es.coalesce().num_edges == es.num_edges  # without replacement
+    if exclude:
+        assert (es.edge_index[0] != es.edge_index[1]).all()
+    again = produce(p, batch, torch.Generator().manual_seed(seed))
+    assert torch.equal(es.edge_index, again.edge_index)
+
+
+def test_random_is_uniform():
+    """Floyd sampling: every 2-subset of 4 nodes equally likely (chi-square, 1e-3 false alarm)."""
+    from graphattn.producers.random import sample_without_replacement
+
+    g = torch.Generator().manual_seed(0)
+    R = 60000
+    draw = sample_without_replacement(torch.full((R,), 4), 2, g).sort(1).values
+    code = draw[:, 0] * 4 + draw[:, 1]
+    counts = torch.bincount(code, minlength=16)[[1, 2, 3, 6, 7, 11]].double()
+    expected = R / 6
+    chi2 = float(((counts - expected) ** 2 / expected).sum())
+    assert chi2 < 20.5  # chi2(5 dof) 0.999 quantile
+
+
+def test_random_eval_is_deterministic_and_train_resamples():
+    batch = make_batch([30, 20])
+    p = RandomEdges(4)
+    a = produce(p, batch)
+    b = produce(p, batch)
+    assert torch.equal(a.edge_index, b.edge_index)
+    torch.manual_seed(0)
+    c = produce(p, batch, training=True)
+    d = produce(p, batch, training=True)
+    assert not torch.equal(c.edge_index, d.edge_index)
+
+
+@settings(max_examples=20, deadline=None)
+@given(sizes=sizes_st, d=st.integers(1, 5), seed=st.integers(0, 99))
+def test_expander(sizes, d, seed):
+    batch = make_batch(sizes)
+    p = ExpanderEdges(d)
+    es = produce(p, batch, torch.Generator().manual_seed(seed))
+    no_cross_graph(es, batch)
+    n = counts_of(batch)
+    expected = torch.tensor([regular_degree(int(m), d) for m in n], dtype=torch.long)
+    assert torch.equal(in_degree(es, batch.num_nodes), expected)
+    assert (es.edge_index[0] != es.edge_index[1]).all()
+    assert es.coalesce().num_edges == es.num_edges
+    again = produce(p, batch, torch.Generator().manual_seed(seed))
+    assert torch.equal(es.edge_index, again.edge_index)
+    # without a generator the expander of a size is fixed
+    assert torch.equal(produce(p, batch).edge_index, produce(p, batch).edge_index)
+
+
+@settings(max_examples=20, deadline=None)
+@given(sizes=sizes_st, m=st.integers(1, 3), pool=st.sampled_from(["mean", "sum", "max", "none"]))
+def test_virtual(sizes, m, pool):
+    batch = make_batch(sizes)
+    p = VirtualNodes(batch.x.size(1), num_virtual=m, pool=pool).double()
+    es = produce(p, batch)
+    assert torch.equal(in_degree(es, batch.num_nodes), torch.full((batch.num_nodes,), m))
+    src, dst = es.edge_index
+    assert (src >= batch.num_nodes).all()
+    vgraph = es.virtual_batch[src - batch.num_nodes]
+    assert torch.equal(vgraph, batch.batch[dst])
+    consumable(p, batch)
+
+
+@settings(max_examples=20, deadline=None)
+@given(sizes=sizes_st)
+def test_union(sizes):
+    batch = make_batch(sizes)
+    p = UnionProducer(["input", {"name": "window", "window": 1}, "virtual"],
+                      channels=batch.x.size(1)).double()
+    es = produce(p, batch)
+    no_cross_graph(es, batch)
+    assert es.coalesce().num_edges == es.num_edges
+    names = {origin_code(n) for n in ("input", "window", "virtual")}
+    assert set(es.origin.tolist()) <= names
+    consumable(p, batch)
+
+
+def test_registry_and_errors():
+    for name in ("input", "full", "window", "knn", "random", "expander", "virtual", "union"):
+        assert name in PRODUCERS
+    assert isinstance(build_producer({"name": "knn", "k": 3}), KNNEdges)
+    with pytest.raises(ValueError, match="unknown producer"):
+        build_producer("nope")
+    with pytest.raises(ValueError, match="does not take"):
+        build_producer({"name": "knn", "kk": 3})
+    with pytest.raises(ValueError, match="'k'"):
+        KNNEdges(0)
+    with pytest.raises(ValueError, match="pos"):
+        KNNEdges(2)(torch.randn(3, 2))
+    with pytest.raises(ValueError, match="sorted"):
+        FullAttention()(torch.randn(3, 2), torch.tensor([1, 0, 1]))

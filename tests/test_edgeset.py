@@ -1,0 +1,218 @@
+"""EdgeSet: construction checks, validation, conversions, coalesce and union."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from graphattn import (
+    EdgeSet,
+    OperatorEdgeSet,
+    PermutationEdgeSet,
+    SharedSourceEdgeSet,
+    origin_code,
+    union_edge_sets,
+)
+
+
+def ei(*pairs):
+    return torch.tensor(pairs, dtype=torch.long).t().reshape(2, -1)
+
+
+def test_basic_fields_and_repr():
+    es = EdgeSet(ei((0, 1), (1, 2)), num_heads=2, bias=torch.zeros(2, 2), origin=torch.zeros(2).long())
+    assert es.num_edges == 2 and not es.per_head
+    assert "num_edges=2" in repr(es) and "bias=[2, 2]" in repr(es)
+    es.validate(3)
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"edge_index": torch.zeros(3, 2, dtype=torch.long)}, "edge_index"),
+        ({"edge_index": torch.zeros(2, 2)}, "torch.long"),
+        ({"head": torch.zeros(3, dtype=torch.long)}, "head"),
+        ({"bias": torch.zeros(5)}, "bias"),
+        ({"weight": torch.zeros(2, 7)}, "weight"),
+        ({"bias": torch.tensor([0.0, float("nan")])}, "NaN"),
+        ({"origin": torch.zeros(2)}, "origin"),
+        ({"edge_attr": torch.zeros(3, 4)}, "edge_attr"),
+        ({"virtual_x": torch.zeros(3)}, "virtual_x"),
+        ({"mode": "softmax"}, "mode"),
+        ({"num_heads": 0}, "num_heads"),
+        ({"log_prob": torch.zeros(3)}, "log_prob_graph"),
+        ({"aux_loss": torch.zeros(2)}, "aux_loss"),
+        ({"virtual_batch": torch.zeros(1, dtype=torch.long)}, "virtual_batch"),
+    ],
+)
+def test_construction_errors_name_the_field(kwargs, match):
+    base = {"edge_index": ei((0, 1), (1, 0)), "num_heads": 2}
+    base.update(kwargs)
+    edge_index = base.pop("edge_index")
+    with pytest.raises(ValueError, match=match):
+        EdgeSet(edge_index, **base)
+
+
+def test_per_head_bias_must_be_1d():
+    with pytest.raises(ValueError, match="per-head"):
+        EdgeSet(ei((0, 1)), head=torch.tensor([1]), num_heads=2, bias=torch.zeros(1, 2))
+
+
+@pytest.mark.parametrize(
+    "es, n, batch, match",
+    [
+        (EdgeSet(ei((0, 5))), 3, None, "targets"),
+        (EdgeSet(ei((4, 1))), 3, None, "virtual_x"),
+        (EdgeSet(ei((-1, 1))), 3, None, ">= 0"),
+        (EdgeSet(ei((5, 1)), virtual_x=torch.zeros(1, 4)), 3, None, r"\[0, 4\)"),
+        (EdgeSet(ei((0, 1)), head=torch.tensor([2]), num_heads=2), 3, None, "head"),
+        (EdgeSet(ei((0, 2))), 3, torch.tensor([0, 0, 1]), "joins two graphs"),
+        (
+            EdgeSet(ei((3, 2)), virtual_x=torch.zeros(1, 2), virtual_batch=torch.tensor([0])),
+            3,
+            torch.tensor([0, 0, 1]),
+            "virtual source",
+        ),
+        (EdgeSet(ei((0, 1))), 3, torch.tensor([0, 0]), "batch"),
+    ],
+)
+def test_validate_errors(es, n, batch, match):
+    with pytest.raises(ValueError, match=match):
+        es.validate(n, batch)
+
+
+def test_graph_agnostic_virtual_sources_are_allowed():
+    es = EdgeSet(ei((3, 0), (3, 2)), virtual_x=torch.zeros(1, 2),
+                 virtual_batch=torch.tensor([-1]))
+    es.validate(3, torch.tensor([0, 0, 1]))
+
+
+def test_coalesce_keeps_first_occurrence_and_counts_once():
+    es = EdgeSet(ei((0, 1), (2, 1), (0, 1), (1, 0)), weight=torch.tensor([1.0, 2.0, 3.0, 4.0]),
+                 origin=torch.tensor([1, 2, 3, 4]))
+    c = es.coalesce()
+    assert c.num_edges == 3
+    pairs = {(int(s), int(d)): float(w) for s, d, w in zip(*c.edge_index, c.weight, strict=True)}
+    assert pairs == {(0, 1): 1.0, (2, 1): 2.0, (1, 0): 4.0}
+    # per-head: the same pair in two heads is two edges
+    ph = EdgeSet(ei((0, 1), (0, 1), (0, 1)), head=torch.tensor([0, 1, 0]), num_heads=2)
+    assert ph.coalesce().num_edges == 2
+
+
+def test_expand_heads_matches_shared():
+    es = EdgeSet(ei((0, 1), (2, 1)), num_heads=3, bias=torch.randn(2, 3), weight=torch.randn(2))
+    ex = es.expand_heads()
+    assert ex.per_head and ex.num_edges == 6
+    assert torch.equal(ex.head, torch.tensor([0, 1, 2, 0, 1, 2]))
+    assert torch.equal(ex.bias, es.bias.reshape(-1))
+    assert torch.equal(ex.weight, es.weight.repeat_interleave(3))
+
+
+def test_union_keeps_origin_shifts_virtual_and_fills():
+    n = 4
+    a = EdgeSet(ei((0, 1), (1, 0)), num_heads=2, origin=torch.full((2,), origin_code("input")),
+                bias=torch.ones(2))
+    b = EdgeSet(ei((4, 2), (4, 3)), num_heads=2, virtual_x=torch.zeros(1, 3),
+                origin=torch.full((2,), origin_code("virtual")))
+    c = EdgeSet(ei((4, 0), (0, 1)), num_heads=2, virtual_x=torch.ones(1, 3),
+                aux_loss=torch.tensor(2.0))
+    u = union_edge_sets([a, b, c], n)
+    assert u.num_edges == 6 and u.num_virtual == 2
+    assert u.edge_index[0].tolist() == [0, 1, 4, 4, 5, 0]  # c's virtual source shifted to 5
+    assert u.origin.tolist()[:4] == [origin_code("input")] * 2 + [origin_code("virtual")] * 2
+    assert u.origin.tolist()[4:] == [origin_code("unknown")] * 2
+    assert u.bias.tolist() == [1, 1, 0, 0, 0, 0]
+    assert float(u.aux_loss) == 2.0
+    u.validate(n)
+    assert union_edge_sets([a, c], n, coalesce=True).num_edges == 3  # (0,1) counted once
+
+
+def test_union_mixed_heads_expands():
+    a = EdgeSet(ei((0, 1)), num_heads=2)
+    b = EdgeSet(ei((1, 0)), head=torch.tensor([1]), num_heads=2)
+    u = union_edge_sets([a, b], 2)
+    assert u.per_head and u.num_edges == 3
+
+
+def test_union_rejects_mismatch():
+    with pytest.raises(ValueError, match="modes"):
+        union_edge_sets([EdgeSet(ei((0, 1))), EdgeSet(ei((0, 1)), mode="weighted")], 2)
+    with pytest.raises(ValueError, match="num_heads"):
+        union_edge_sets([EdgeSet(ei((0, 1))), EdgeSet(ei((0, 1)), num_heads=2)], 2)
+
+
+def test_to_and_detach():
+    w = torch.randn(2, requires_grad=True)
+    es = EdgeSet(ei((0, 1), (1, 0)), weight=w * 2)
+    d = es.detach()
+    assert not d.weight.requires_grad and es.weight.requires_grad
+    h = es.to(torch.float64)
+    assert h.weight.dtype == torch.float64 and h.edge_index.dtype == torch.long
+
+
+def test_shared_sources_to_explicit():
+    ptr = torch.tensor([0, 2, 3])
+    sources = torch.tensor([[[1, 0, 9]], [[2, 0, 0]]])
+    mask = torch.tensor([[[True, True, False]], [[True, False, False]]])
+    es = SharedSourceEdgeSet(sources, ptr, num_heads=2, source_mask=mask)
+    ex = es.to_explicit()
+    assert ex.edge_index.t().tolist() == [[1, 0], [0, 0], [1, 1], [0, 1], [2, 2]]
+    assert es.num_edges == ex.num_edges == 5
+    assert not ex.per_head
+    ex.validate(3, torch.tensor([0, 0, 1]))
+    with pytest.raises(ValueError, match="ptr"):
+        es.validate(4)
+
+
+def test_shared_sources_per_head_to_explicit():
+    ptr = torch.tensor([0, 1])
+    sources = torch.tensor([[[0], [1]]])
+    es = SharedSourceEdgeSet(sources, ptr, num_heads=2, virtual_x=torch.zeros(1, 2))
+    ex = es.to_explicit()
+    assert ex.per_head and ex.head.tolist() == [0, 1] and ex.edge_index[0].tolist() == [0, 1]
+
+
+def test_shared_sources_errors():
+    with pytest.raises(ValueError, match="sources"):
+        SharedSourceEdgeSet(torch.zeros(2, 3, dtype=torch.long), torch.tensor([0, 1, 2]))
+    with pytest.raises(ValueError, match="ptr"):
+        SharedSourceEdgeSet(torch.zeros(2, 1, 3, dtype=torch.long), torch.tensor([0, 1]))
+    with pytest.raises(ValueError, match="source_mask"):
+        SharedSourceEdgeSet(torch.zeros(1, 1, 3, dtype=torch.long), torch.tensor([0, 1]),
+                            source_mask=torch.ones(1, 1, 2, dtype=torch.bool))
+
+
+def test_permutation_to_explicit():
+    src = torch.tensor([[1, 0], [0, 1]])
+    es = PermutationEdgeSet(src, num_heads=2)
+    ex = es.to_explicit()
+    assert ex.edge_index.t().tolist() == [[1, 0], [0, 0], [0, 1], [1, 1]]
+    assert ex.head.tolist() == [0, 1, 0, 1]
+    with pytest.raises(ValueError, match="src"):
+        PermutationEdgeSet(torch.zeros(3, 3, dtype=torch.long), num_heads=2)
+
+
+class _MatrixOperator(OperatorEdgeSet):
+    """A dense per-graph matrix as an operator, for tests."""
+
+    def __init__(self, mats, ptr, num_heads=1):
+        super().__init__(ptr, num_heads=num_heads)
+        self.mats = mats
+
+    def matvec(self, v):
+        out = torch.zeros_like(v, dtype=torch.promote_types(v.dtype, self.mats[0].dtype))
+        for b, m in enumerate(self.mats):
+            s, e = int(self.ptr[b]), int(self.ptr[b + 1])
+            out[s:e] = torch.einsum("ij,jhc->ihc", m.to(out.dtype), v[s:e].to(out.dtype))
+        return out
+
+
+def test_operator_to_explicit_is_block_diagonal():
+    mats = [torch.randn(2, 2, dtype=torch.float64), torch.randn(3, 3, dtype=torch.float64)]
+    op = _MatrixOperator(mats, torch.tensor([0, 2, 5]))
+    ex = op.to_explicit()
+    assert ex.num_edges == 4 + 9 == op.num_edges
+    dense = torch.zeros(5, 5, dtype=torch.float64)
+    dense[ex.edge_index[1], ex.edge_index[0]] = ex.weight[:, 0]
+    assert torch.equal(dense[:2, :2], mats[0]) and torch.equal(dense[2:, 2:], mats[1])
+    assert dense[:2, 2:].abs().sum() == 0
