@@ -43,32 +43,39 @@ def apply_norm(norm: nn.Module | None, takes_batch: bool, x: Tensor, batch: Tens
     return norm(x, batch=batch) if takes_batch else norm(x)
 
 
-def _mlp(channels: int, act: str = "relu") -> nn.Sequential:
-    return nn.Sequential(Linear(channels, channels), activation_resolver(act),
-                         Linear(channels, channels))
+def _mlp(channels: int, in_channels: int | None = None, act: str = "relu") -> nn.Sequential:
+    i = channels if in_channels is None else in_channels
+    return nn.Sequential(Linear(i, channels), activation_resolver(act), Linear(channels, channels))
 
 
 def make_conv(conv: str | MessagePassing | None, channels: int, *, heads: int = 1,
-              edge_dim: int | None = None) -> MessagePassing | None:
-    """A local message-passing layer ``channels -> channels`` by name (see :data:`CONVS`)."""
+              edge_dim: int | None = None, in_channels: int | None = None,
+              output: bool = False) -> MessagePassing | None:
+    """A local message-passing layer ``in_channels -> channels`` by name (see :data:`CONVS`);
+    ``in_channels`` defaults to ``channels`` (``-1``: lazy)."""
     if conv is None or isinstance(conv, MessagePassing):
         return conv
     if conv == "none":
         return None
+    i = channels if in_channels is None else in_channels
     if conv == "gcn":
-        return GCNConv(channels, channels)
+        return GCNConv(i, channels)
     if conv == "gin":
-        return GINConv(_mlp(channels))
+        return GINConv(_mlp(channels, i))
     if conv == "gine":
+        if i != channels:
+            raise ValueError("'gine' needs in_channels == channels (edge features are added)")
         return GINEConv(_mlp(channels), edge_dim=edge_dim)
+    if conv == "gat" and output:  # an output layer averages full-width heads
+        return GATConv(i, channels, heads=heads, concat=False, edge_dim=edge_dim)
     if conv == "gat":
         if channels % heads:
             raise ValueError(f"'gat' needs channels ({channels}) divisible by heads ({heads})")
-        return GATConv(channels, channels // heads, heads=heads, edge_dim=edge_dim)
+        return GATConv(i, channels // heads, heads=heads, edge_dim=edge_dim)
     if conv == "sage":
-        return SAGEConv(channels, channels)
+        return SAGEConv(i, channels)
     if conv == "resgated":
-        return ResGatedGraphConv(channels, channels, edge_dim=edge_dim)
+        return ResGatedGraphConv(i, channels, edge_dim=edge_dim)
     raise ValueError(f"unknown conv {conv!r}; use one of {CONVS}, None or a MessagePassing module")
 
 

@@ -52,6 +52,18 @@ class HybridLayer(nn.Module):
         edge_dim (int, optional): edge feature width for the conv and the attention.
         attn_kwargs (dict, optional): extra :class:`EdgeAttention` arguments (e.g. ``kernel``).
         producer_kwargs (dict, optional): model-supplied defaults for building the producer.
+        residual (bool): the ``x +`` skip around each branch (GPS default). Without it the
+            branches are :math:`\operatorname{Norm}(\operatorname{Drop}(\cdot))` only, which suits
+            strongly homophilous node tasks (citation graphs), where the raw-feature skip acts
+            like an MLP term.
+        in_channels (int, optional): input width if it differs from ``channels`` (``-1``: lazy);
+            the residual skips are dropped then.
+        output_layer (bool): the layer produces the model's output (e.g. class logits, as the last
+            layer of GCN / GAT): no dropout, activation, norm, output projection, residual or FFN;
+            the attention heads are averaged (each of width ``channels``).
+        ffn (bool): the feed-forward sub-block (with its own residual). Without it the activation
+            ``act`` is applied to the branch sum instead, so the layer stays non-linear:
+            :math:`\text{out} = \operatorname{act}(h^{\text{loc}} + h^{\text{glob}})`.
     """
 
     def __init__(
@@ -69,51 +81,75 @@ class HybridLayer(nn.Module):
         edge_dim: int | None = None,
         attn_kwargs: dict[str, Any] | None = None,
         producer_kwargs: dict[str, Any] | None = None,
+        residual: bool = True,
+        ffn: bool = True,
+        in_channels: int | None = None,
+        output_layer: bool = False,
     ) -> None:
         super().__init__()
         if conv is None and producer is None:
             raise ValueError("HybridLayer needs a local 'conv', a global 'producer', or both")
-        if channels % heads:
+        in_c = channels if in_channels is None else in_channels
+        if not output_layer and channels % heads:
             raise ValueError(f"'channels' ({channels}) must be divisible by 'heads' ({heads})")
+        self.in_channels = in_c
         self.channels = channels
         self.heads = heads
         self.dropout = dropout
-        self.norm_first = norm_first
-        self.conv = make_conv(conv, channels, heads=heads, edge_dim=edge_dim)
+        self.norm_first = norm_first and not output_layer
+        self.output_layer = output_layer
+        self.residual = residual and in_c == channels and not output_layer
+        self.conv = make_conv(conv, channels, heads=heads, edge_dim=edge_dim, in_channels=in_c,
+                               output=output_layer)
         self.conv_edge_attr = self.conv is not None and conv_takes_edge_attr(self.conv)
         if producer is not None:
-            defaults = {"channels": channels, "heads": heads, "num_heads": heads}
+            defaults = {"channels": in_c, "heads": heads, "num_heads": heads}
             defaults.update(producer_kwargs or {})
             self.producer: EdgeProducer | None = build_producer(producer, **defaults)
+            # an output layer averages heads of the full width (GAT's output layer)
             self.attn: EdgeAttention | None = EdgeAttention(
-                channels,
-                channels // heads,
+                in_c,
+                channels if output_layer else channels // heads,
                 heads=heads,
+                concat=not output_layer,
                 dropout=attn_dropout,
                 edge_dim=edge_dim,
                 mode=self.producer.mode,
                 **(attn_kwargs or {}),
             )
-            self.attn_out: Linear | None = Linear(channels, channels)
+            self.attn_out: Linear | None = None if output_layer else Linear(channels, channels)
         else:
             self.producer, self.attn, self.attn_out = None, None, None
+        use_ffn = ffn and not output_layer
         self.mlp = nn.Sequential(
             Linear(channels, ffn_ratio * channels),
             activation_resolver(act),
             nn.Dropout(dropout),
             Linear(ffn_ratio * channels, channels),
             nn.Dropout(dropout),
-        )
-        self.norm1, self._nb1 = make_norm(norm, channels)
-        self.norm2, self._nb2 = make_norm(norm, channels)
+        ) if use_ffn else None
+        self.act = activation_resolver(act)
+        norm = None if output_layer else norm
+        self.norm1, self._nb1 = make_norm(norm, in_c if self.norm_first else channels)
+        self.norm2, self._nb2 = make_norm(norm, in_c if self.norm_first else channels)
         self.norm3, self._nb3 = make_norm(norm, channels)
         self.last_edges: EdgeSet | None = None
 
     def reset_parameters(self) -> None:
         for m in (self.conv, self.producer, self.attn, self.attn_out, self.norm1, self.norm2,
-                  self.norm3, *self.mlp):
+                  self.norm3, *(self.mlp or ())):
             if m is not None and hasattr(m, "reset_parameters"):
                 m.reset_parameters()
+
+    def _branch_out(self, h: Tensor, x: Tensor, norm: nn.Module | None, nb: bool,
+                    batch: Tensor | None) -> Tensor:
+        if self.output_layer:
+            return h
+        h = F.dropout(h, p=self.dropout, training=self.training)
+        h = x + h if self.residual else h
+        if not self.norm_first:
+            h = apply_norm(norm, nb, h, batch)
+        return h
 
     def forward(
         self,
@@ -125,8 +161,8 @@ class HybridLayer(nn.Module):
         data: Any = None,
         generator: torch.Generator | None = None,
     ) -> Tensor:
-        """``x [N, channels]`` → ``[N, channels]``. ``edge_index`` / ``edge_attr`` feed the local
-        conv; ``data`` (and ``generator``) feed the producer."""
+        """``x [N, in_channels]`` → ``[N, channels]``. ``edge_index`` / ``edge_attr`` feed the
+        local conv; ``data`` (and ``generator``) feed the producer."""
         hs = []
         if self.conv is not None:
             if edge_index is None:
@@ -136,19 +172,19 @@ class HybridLayer(nn.Module):
                 h = self.conv(h, edge_index, edge_attr=edge_attr)
             else:
                 h = self.conv(h, edge_index)
-            h = x + F.dropout(h, p=self.dropout, training=self.training)
-            if not self.norm_first:
-                h = apply_norm(self.norm1, self._nb1, h, batch)
-            hs.append(h)
+            hs.append(self._branch_out(h, x, self.norm1, self._nb1, batch))
         if self.attn is not None:
-            assert self.attn_out is not None and self.producer is not None
+            assert self.producer is not None
             h = apply_norm(self.norm2, self._nb2, x, batch) if self.norm_first else x
             h = self._attend(h, batch, data, generator)
-            h = x + F.dropout(self.attn_out(h), p=self.dropout, training=self.training)
-            if not self.norm_first:
-                h = apply_norm(self.norm2, self._nb2, h, batch)
-            hs.append(h)
+            if self.attn_out is not None:
+                h = self.attn_out(h)
+            hs.append(self._branch_out(h, x, self.norm2, self._nb2, batch))
         out = hs[0] if len(hs) == 1 else hs[0] + hs[1]
+        if self.output_layer:
+            return out
+        if self.mlp is None:
+            return self.act(out)
         if self.norm_first:
             out = out + self.mlp(apply_norm(self.norm3, self._nb3, out, batch))
         else:

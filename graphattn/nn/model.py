@@ -16,8 +16,22 @@ from graphattn.nn.hybrid import HybridLayer
 from graphattn.trace import AttentionTrace, trace
 
 POOLS = {"mean": global_mean_pool, "add": global_add_pool, "sum": global_add_pool,
-         "max": global_max_pool}
-PE_ATTRS = {"laplacian": "laplacian_eigenvector_pe", "random_walk": "random_walk_pe"}
+         "max": global_max_pool, "cls": None}
+PE_ATTRS = {"laplacian": "laplacian_eigenvector_pe", "random_walk": "random_walk_pe",
+            "position": "pos"}
+
+
+def sinusoidal(pos: Tensor, dim: int) -> Tensor:
+    r"""Transformer sinusoids of every coordinate of ``pos [N, d]``: for each coordinate
+    :math:`p`, :math:`[\sin(p\,\omega_m), \cos(p\,\omega_m)]_{m < dim/2}` with
+    :math:`\omega_m = 10000^{-2m/dim}`; the ``d`` blocks are concatenated → ``[N, d·dim]``."""
+    if pos.dim() == 1:
+        pos = pos[:, None]
+    half = dim // 2
+    freq = torch.exp(-torch.arange(half, device=pos.device, dtype=torch.float)
+                     * (torch.log(torch.tensor(10000.0)) / max(half, 1)))
+    ang = pos.float()[:, :, None] * freq[None, None, :]
+    return torch.cat([ang.sin(), ang.cos()], -1).reshape(pos.size(0), -1)
 
 
 class GraphTransformer(nn.Module):
@@ -39,20 +53,28 @@ class GraphTransformer(nn.Module):
         heads (int): attention heads.
         dropout, attn_dropout (float): see :class:`HybridLayer`.
         norm (str), norm_first (bool), act (str), ffn_ratio (int): see :class:`HybridLayer`.
-        node_encoder (str): ``"linear"``, ``"atom"`` (ogb molecules) or ``"embedding"``.
+        node_encoder (str, optional): ``"linear"``, ``"atom"`` (ogb molecules), ``"embedding"``, or
+            ``None``: the first layer reads the raw features (lazily sized), as GCN / GAT do.
         num_embeddings (int, optional): vocabulary size for ``node_encoder="embedding"``.
         edge_encoder (str, optional): ``"linear"``, ``"bond"`` or ``None`` (edge features unused).
         pe (str, optional): ``"laplacian"`` or ``"random_walk"``: reads the attribute written by
             :class:`torch_geometric.transforms.AddLaplacianEigenvectorPE` /
             :class:`~torch_geometric.transforms.AddRandomWalkPE` (or ``pe_attr``), encodes it
             linearly and adds it to :math:`h^{(0)}`. Laplacian eigenvector signs are flipped at
-            random in training.
+            random in training. ``"position"``: sinusoids (:func:`sinusoidal`, ``pe_dim`` per
+            coordinate) of ``data.pos`` — sequence index, pixel (row, col) or point coordinates.
         pe_attr (str, optional): the data attribute holding the encoding.
+        pe_dim (int): sinusoid width per coordinate for ``pe="position"``.
         task (str): ``"node"`` or ``"graph"``.
-        pool (str): graph read-out, ``"mean"``, ``"add"`` or ``"max"``.
-        head_layers (int): layers of the prediction MLP.
-        input_dropout (float): dropout on the encoded input.
-        attn_kwargs, producer_kwargs (dict, optional): forwarded to every :class:`HybridLayer`.
+        pool (str): graph read-out, ``"mean"``, ``"add"``, ``"max"`` or ``"cls"`` (the first node of
+            each graph, e.g. the CLS node the sequence and image loaders put at local index 0).
+        head_layers (int): layers of the prediction MLP; ``0``: the last layer is an output layer
+            (:class:`HybridLayer` ``output_layer=True``) producing ``out_channels`` itself, as the
+            last layer of GCN / GAT (its attention heads are averaged).
+        input_dropout (float): dropout on the raw input features (on their embedding for integer
+            features).
+        attn_kwargs, producer_kwargs (dict, optional), residual, ffn (bool): forwarded to every
+            :class:`HybridLayer`.
     """
 
     def __init__(
@@ -69,17 +91,20 @@ class GraphTransformer(nn.Module):
         norm_first: bool = False,
         act: str = "relu",
         ffn_ratio: int = 2,
-        node_encoder: str = "linear",
+        node_encoder: str | None = "linear",
         num_embeddings: int | None = None,
         edge_encoder: str | None = None,
         pe: str | None = None,
         pe_attr: str | None = None,
+        pe_dim: int = 16,
         task: str = "graph",
         pool: str = "mean",
         head_layers: int = 2,
         input_dropout: float = 0.0,
         attn_kwargs: dict[str, Any] | None = None,
         producer_kwargs: dict[str, Any] | None = None,
+        residual: bool = True,
+        ffn: bool = True,
     ) -> None:
         super().__init__()
         if task not in ("node", "graph"):
@@ -94,8 +119,14 @@ class GraphTransformer(nn.Module):
         self.pool = pool
         self.pe = pe
         self.pe_attr = pe_attr or (PE_ATTRS.get(pe) if pe else None)
+        self.pe_dim = pe_dim
         self.input_dropout = input_dropout
-        self.node_encoder = NodeEncoder(node_encoder, hidden_channels, num_embeddings)
+        if node_encoder is None and self.pe_attr:
+            raise ValueError("a positional encoding needs a node encoder (it is added to its output)")
+        if head_layers < 0:
+            raise ValueError(f"'head_layers' must be >= 0, got {head_layers}")
+        self.node_encoder = (NodeEncoder(node_encoder, hidden_channels, num_embeddings)
+                             if node_encoder is not None else None)
         self.edge_encoder = EdgeEncoder(edge_encoder, hidden_channels) if edge_encoder else None
         self.pe_encoder = Linear(-1, hidden_channels) if self.pe_attr else None
         producers = (
@@ -106,9 +137,10 @@ class GraphTransformer(nn.Module):
         if len(producers) != num_layers:
             raise ValueError(f"got {len(producers)} producer specs for num_layers={num_layers}")
         edge_dim = hidden_channels if edge_encoder else None
+        n = num_layers
         self.layers = nn.ModuleList(
             HybridLayer(
-                hidden_channels,
+                out_channels if (head_layers == 0 and i == n - 1) else hidden_channels,
                 conv=conv,
                 producer=p,
                 heads=heads,
@@ -121,15 +153,20 @@ class GraphTransformer(nn.Module):
                 edge_dim=edge_dim,
                 attn_kwargs=attn_kwargs,
                 producer_kwargs=producer_kwargs,
+                residual=residual,
+                ffn=ffn,
+                in_channels=-1 if (i == 0 and node_encoder is None) else hidden_channels,
+                output_layer=head_layers == 0 and i == n - 1,
             )
-            for p in producers
+            for i, p in enumerate(producers)
         )
-        self.final_norm = nn.LayerNorm(hidden_channels) if norm_first else None
+        self.final_norm = nn.LayerNorm(hidden_channels) if norm_first and head_layers else None
         head: list[nn.Module] = []
         for _ in range(head_layers - 1):
             head += [Linear(hidden_channels, hidden_channels), activation_resolver(act),
                      nn.Dropout(dropout)]
-        head.append(Linear(hidden_channels, out_channels))
+        if head_layers:
+            head.append(Linear(hidden_channels, out_channels))
         self.head = nn.Sequential(*head)
 
     def reset_parameters(self) -> None:
@@ -141,7 +178,15 @@ class GraphTransformer(nn.Module):
         x = data.x
         if x is None:
             raise ValueError("GraphTransformer needs node features 'data.x'")
+        if x.is_floating_point():  # dropout on the raw input features (as in GCN / GAT)
+            x = nn.functional.dropout(x, self.input_dropout, self.training)
+        if self.node_encoder is None:
+            if not x.is_floating_point():
+                raise ValueError("node_encoder=None needs floating-point node features")
+            return x, self._edge_attr(data)
         h = self.node_encoder(x)
+        if not x.is_floating_point():
+            h = nn.functional.dropout(h, self.input_dropout, self.training)
         if self.pe_encoder is not None:
             pe = getattr(data, self.pe_attr, None)
             if pe is None:
@@ -151,13 +196,16 @@ class GraphTransformer(nn.Module):
                 )
             if self.pe == "laplacian":
                 pe = random_sign_flip(pe, self.training)
+            elif self.pe == "position":
+                pe = sinusoidal(pe, self.pe_dim)
             h = h + self.pe_encoder(pe.to(h.dtype))
+        return h, self._edge_attr(data)
+
+    def _edge_attr(self, data: Any) -> Tensor | None:
         edge_attr = getattr(data, "edge_attr", None)
-        if self.edge_encoder is not None and edge_attr is not None:
-            edge_attr = self.edge_encoder(edge_attr)
-        elif self.edge_encoder is None:
-            edge_attr = None
-        return nn.functional.dropout(h, self.input_dropout, self.training), edge_attr
+        if self.edge_encoder is None or edge_attr is None:
+            return None
+        return self.edge_encoder(edge_attr)
 
     def forward(self, data: Any, *, generator: torch.Generator | None = None,
                 trace_attention: bool = False) -> Tensor | tuple[Tensor, AttentionTrace]:
@@ -182,7 +230,13 @@ class GraphTransformer(nn.Module):
             h = self.final_norm(h)
         if self.task == "graph":
             num_graphs = int(getattr(data, "num_graphs", int(batch.max()) + 1 if batch.numel() else 1))
-            h = POOLS[self.pool](h, batch, size=num_graphs)
+            if self.pool == "cls":
+                counts = torch.bincount(batch, minlength=num_graphs)
+                if bool((counts == 0).any()):
+                    raise ValueError("pool='cls' needs every graph to have a node (its CLS node)")
+                h = h[torch.cumsum(counts, 0) - counts]
+            else:
+                h = POOLS[self.pool](h, batch, size=num_graphs)
         return self.head(h)
 
     # --------------------------------------------------------- training signals

@@ -1,0 +1,40 @@
+"""Data sets (offline, md5-verified), the ListOps generator, and loaders that turn sequences,
+images and point clouds into graphs."""
+
+from graphattn.data.fashion_mnist import FashionMNIST
+from graphattn.data.listops import ListOps
+from graphattn.data.loaders import ImageToGraph, PointCloudToGraph, SequenceToGraph, morton_order
+from graphattn.data.peptides import PeptidesFunctional, PeptidesStructural
+from graphattn.data.planetoid import Planetoid
+from graphattn.data.shapes import GeometricShapes
+from graphattn.data.store import (
+    CorruptedDataError,
+    MissingDataError,
+    data_root,
+    fetch,
+    md5sum,
+    mirror_root,
+    registry,
+)
+from graphattn.data.tu import TUDataset
+
+__all__ = [
+    "CorruptedDataError",
+    "FashionMNIST",
+    "GeometricShapes",
+    "ImageToGraph",
+    "ListOps",
+    "MissingDataError",
+    "PeptidesFunctional",
+    "PeptidesStructural",
+    "Planetoid",
+    "PointCloudToGraph",
+    "SequenceToGraph",
+    "TUDataset",
+    "data_root",
+    "fetch",
+    "md5sum",
+    "mirror_root",
+    "morton_order",
+    "registry",
+]

@@ -1,0 +1,58 @@
+"""Restoring trained models from run directories and checkpoints."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from graphattn.runner.config import resolve_config
+from graphattn.runner.tasks import Task, build_task
+
+
+def find_checkpoint(path: str | Path, seed: int | None = None) -> Path:
+    """``path`` itself if it is a file, else ``<run>/seed<k>/best.pt`` (first seed by default)."""
+    path = Path(path)
+    if path.is_file():
+        return path
+    if not path.is_dir():
+        raise ValueError(f"{path} is neither a run directory nor a checkpoint file")
+    if seed is None:
+        seeds = sorted(int(p.name[4:]) for p in path.glob("seed*") if p.name[4:].isdigit())
+        if not seeds:
+            raise ValueError(f"{path} holds no seed<k>/ checkpoint folder")
+        seed = seeds[0]
+    ck = path / f"seed{seed}" / "best.pt"
+    if not ck.exists():
+        raise ValueError(f"no checkpoint {ck}")
+    return ck
+
+
+def restore(path: str | Path, seed: int | None = None, device: str = "cpu",
+            data_root: str | None = None) -> tuple[nn.Module, Task]:
+    """The trained model (in eval mode) and its task, from a run directory or a checkpoint."""
+    from graphattn.runner.train import _prepare_task, build_model
+
+    ck_path = find_checkpoint(path, seed)
+    ck: dict[str, Any] = torch.load(ck_path, map_location=device, weights_only=False)
+    cfg = resolve_config({k: v for k, v in ck["config"].items()})
+    if data_root is not None:
+        cfg["data_root"] = data_root
+    task = _prepare_task(build_task(cfg["task"], cfg["data_root"], **cfg["task_kwargs"]), cfg)
+    model = build_model(cfg, task).to(device)
+    model.eval()
+    first = task.graph if task.level == "node" else task.splits["train"][0]
+    from torch_geometric.data import Batch
+
+    with torch.no_grad():
+        model(first if task.level == "node" else Batch.from_data_list([first]))
+    model.load_state_dict(ck["model"])
+    model.eval()
+    return model, task
+
+
+def read_config(run_dir: str | Path) -> dict[str, Any]:
+    return json.loads((Path(run_dir) / "config.json").read_text())

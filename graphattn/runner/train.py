@@ -1,0 +1,404 @@
+"""Training and evaluation: model selection on validation, multi-seed aggregation, checkpoints
+written atomically and resumable bit-for-bit."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch_geometric.loader import DataLoader
+from tqdm.auto import tqdm
+
+from graphattn.data.store import atomic_torch_save
+from graphattn.nn import GraphTransformer
+from graphattn.policy import ReinforceBaseline, per_graph_log_likelihood
+from graphattn.runner.config import producer_spec, resolve_config
+from graphattn.runner.metrics import METRICS
+from graphattn.runner.tasks import Task, build_task
+
+CHECKPOINT_VERSION = 1
+
+
+def build_model(cfg: dict[str, Any], task: Task) -> GraphTransformer:
+    """The GraphTransformer of an experiment (task defaults, then the config's choices)."""
+    md = dict(task.model_defaults)
+    pe = cfg["pe"] if cfg["pe"] is not None else md.pop("pe", None)
+    md.pop("pe", None)
+    uses_edge_attr = md.get("edge_encoder") is not None
+    conv = cfg["conv"]
+    return GraphTransformer(
+        hidden_channels=cfg["hidden"],
+        out_channels=task.out_channels,
+        num_layers=cfg["layers"],
+        producer=producer_spec(cfg),
+        conv=None if conv in (None, "none") else conv,
+        heads=cfg["heads"],
+        dropout=cfg["dropout"],
+        attn_dropout=cfg["attn_dropout"],
+        input_dropout=cfg["input_dropout"],
+        norm=cfg["norm"],
+        norm_first=cfg["norm_first"],
+        ffn_ratio=cfg["ffn_ratio"],
+        residual=cfg["residual"],
+        ffn=cfg["ffn"],
+        head_layers=cfg["head_layers"],
+        pe=pe,
+        pe_dim=cfg["pe_dim"],
+        task=task.level,
+        node_encoder=_node_encoder(cfg, md),
+        act=cfg["act"],
+        num_embeddings=md.get("num_embeddings"),
+        edge_encoder=md.get("edge_encoder") if uses_edge_attr else None,
+        pool=md.get("pool", "mean"),
+    )
+
+
+def _node_encoder(cfg: dict[str, Any], md: dict[str, Any]) -> str | None:
+    enc = cfg["node_encoder"]
+    if enc == "default":
+        return md.get("node_encoder", "linear")
+    return None if enc == "none" else enc
+
+
+def _prepare_task(task: Task, cfg: dict[str, Any]) -> Task:
+    """Adds the positional-encoding transform a config asks for (random walk / Laplacian)."""
+    pe = cfg["pe"]
+    if pe not in ("random_walk", "laplacian"):
+        return task
+    from graphattn.nn import positional_encoding
+
+    transform = positional_encoding(pe, cfg["pe_dim"])
+    if task.level == "node":
+        assert task.graph is not None
+        task.graph = transform(task.graph)
+        return task
+    for ds in task.splits.values():
+        prev = getattr(ds, "transform", None)
+        ds.transform = transform if prev is None else _Chain(prev, transform)
+    return task
+
+
+class _Chain:
+    def __init__(self, *fns: Any) -> None:
+        self.fns = fns
+
+    def __call__(self, data: Any) -> Any:
+        for fn in self.fns:
+            data = fn(data)
+        return data
+
+    def __repr__(self) -> str:
+        return " -> ".join(repr(f) for f in self.fns)
+
+
+def task_loss(task: Task, out: Tensor, y: Tensor) -> Tensor:
+    if task.loss == "ce":
+        return F.cross_entropy(out, y.view(-1))
+    if task.loss == "bce":
+        ok = y == y
+        loss = F.binary_cross_entropy_with_logits(out, torch.where(ok, y, torch.zeros_like(y)),
+                                                  reduction="none")
+        return (loss * ok).sum() / ok.sum().clamp_min(1)
+    return (out - y).abs().mean()
+
+
+def _metric(task: Task, out: Tensor, y: Tensor) -> float:
+    fn, _ = METRICS[task.metric]
+    if task.metric == "accuracy":
+        return fn(out, y)
+    if task.metric == "ap":
+        return fn(y, out)
+    return fn(out, y)
+
+
+def _seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def _rng_state(loader_gen: torch.Generator) -> dict[str, Any]:
+    return {"torch": torch.get_rng_state(), "python": random.getstate(),
+            "numpy": np.random.get_state(), "loader": loader_gen.get_state()}
+
+
+def _set_rng_state(state: dict[str, Any], loader_gen: torch.Generator) -> None:
+    torch.set_rng_state(state["torch"])
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    loader_gen.set_state(state["loader"])
+
+
+class Trainer:
+    """One seed of one experiment."""
+
+    def __init__(self, cfg: dict[str, Any], task: Task, seed: int, out_dir: Path | None) -> None:
+        self.cfg, self.task, self.seed = cfg, task, seed
+        self.out_dir = out_dir / f"seed{seed}" if out_dir is not None else None
+        self.device = torch.device(cfg["device"])
+        _seed_everything(seed)
+        self.model = build_model(cfg, task).to(self.device)
+        self._materialise()
+        opt = torch.optim.AdamW if cfg["optimizer"] == "adamw" else torch.optim.Adam
+        self.optimizer = opt(self.model.parameters(), lr=cfg["lr"], weight_decay=cfg["weight_decay"])
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_factor)
+        self.baseline = ReinforceBaseline(cfg["pg_momentum"])
+        self.loader_gen = torch.Generator()
+        self.loader_gen.manual_seed(seed)
+        _seed_everything(seed)  # the same RNG stream whatever the dry run consumed
+        self.epoch = 0
+        self.history: list[dict[str, Any]] = []
+        self.best: dict[str, Any] | None = None
+        self.elapsed = 0.0
+        self.higher_is_better = METRICS[task.metric][1]
+
+    # ---------------------------------------------------------------- set-up
+    def _lr_factor(self, epoch: int) -> float:
+        cfg = self.cfg
+        warm = cfg["warmup_epochs"]
+        if warm and epoch < warm:
+            return (epoch + 1) / warm
+        if cfg["scheduler"] == "cosine":
+            t = (epoch - warm) / max(cfg["epochs"] - warm, 1)
+            return 0.5 * (1 + math.cos(math.pi * min(t, 1.0)))
+        return 1.0
+
+    def _first_batch(self) -> Any:
+        if self.task.level == "node":
+            return self.task.graph
+        ds = self.task.splits["train"]
+        return next(iter(DataLoader(ds, batch_size=min(2, len(ds)), shuffle=False)))
+
+    def _materialise(self) -> None:
+        """Initialises lazy parameters with one evaluation-mode forward pass."""
+        self.model.eval()
+        with torch.no_grad():
+            self.model(self._first_batch().to(self.device))
+        self.n_params = sum(p.numel() for p in self.model.parameters())
+
+    # ------------------------------------------------------------ checkpoints
+    def checkpoint(self) -> dict[str, Any]:
+        return {
+            "version": CHECKPOINT_VERSION, "config": self.cfg, "seed": self.seed,
+            "epoch": self.epoch, "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
+            "baseline": self.baseline.state_dict(), "rng": _rng_state(self.loader_gen),
+            "history": self.history, "best": self.best, "elapsed": self.elapsed,
+        }
+
+    def save(self, name: str) -> None:
+        if self.out_dir is not None:
+            atomic_torch_save(self.checkpoint(), self.out_dir / name)
+
+    def resume(self) -> bool:
+        path = self.out_dir / "last.pt" if self.out_dir is not None else None
+        if path is None or not path.exists():
+            return False
+        ck = torch.load(path, map_location=self.device, weights_only=False)
+        mine = {k: v for k, v in self.cfg.items() if k not in ("resume", "progress", "out", "seeds")}
+        theirs = {k: v for k, v in ck["config"].items() if k not in ("resume", "progress", "out", "seeds")}
+        if mine != theirs:
+            diff = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
+            raise ValueError(f"cannot resume {path}: its config differs in {diff}")
+        self.model.load_state_dict(ck["model"])
+        self.optimizer.load_state_dict(ck["optimizer"])
+        self.scheduler.load_state_dict(ck["scheduler"])
+        self.baseline.load_state_dict(ck["baseline"])
+        _set_rng_state(ck["rng"], self.loader_gen)
+        self.epoch, self.history, self.best = ck["epoch"], ck["history"], ck["best"]
+        self.elapsed = ck["elapsed"]
+        return True
+
+    # ------------------------------------------------------------- training
+    def _step_loss(self, batch: Any, mask: Tensor | None = None) -> Tensor:
+        model, task, cfg = self.model, self.task, self.cfg
+        out = model(batch)
+        y = batch.y
+        loss = task_loss(task, out[mask] if mask is not None else out,
+                         y[mask] if mask is not None else y)
+        aux = model.aux_loss()
+        if aux is not None and cfg["aux_weight"]:
+            loss = loss + cfg["aux_weight"] * aux
+        terms = model.policy_terms()
+        if terms and cfg["pg_weight"]:
+            if task.level == "node":
+                graph = torch.zeros(out.size(0), dtype=torch.long, device=out.device)
+                rewards = per_graph_log_likelihood(task.loss, out.detach(), y, graph, 1, mask)
+            else:
+                graph = torch.arange(out.size(0), device=out.device)
+                rewards = per_graph_log_likelihood(task.loss, out.detach(), y, graph, out.size(0))
+            loss = loss + cfg["pg_weight"] * self.baseline.loss(terms, rewards)
+        return loss
+
+    def train_epoch(self) -> float:
+        self.model.train()
+        task, cfg = self.task, self.cfg
+        losses = []
+        if task.level == "node":
+            batches: Any = [(task.graph, task.graph.train_mask)]
+        else:
+            loader = DataLoader(task.splits["train"], batch_size=cfg["batch_size"], shuffle=True,
+                                generator=self.loader_gen, drop_last=False)
+            batches = ((b, None) for b in loader)
+        for batch, mask in batches:
+            batch = batch.to(self.device)
+            self.optimizer.zero_grad(set_to_none=True)
+            loss = self._step_loss(batch, None if mask is None else mask.to(self.device))
+            if not torch.isfinite(loss):
+                raise FloatingPointError(f"non-finite training loss at epoch {self.epoch + 1}")
+            loss.backward()
+            if cfg["grad_clip"]:
+                nn.utils.clip_grad_norm_(self.model.parameters(), cfg["grad_clip"])
+            self.optimizer.step()
+            losses.append(float(loss.detach()))
+        self.scheduler.step()
+        return float(np.mean(losses)) if losses else float("nan")
+
+    @torch.no_grad()
+    def evaluate(self) -> dict[str, float]:
+        self.model.eval()
+        task = self.task
+        if task.level == "node":
+            g = task.graph.to(self.device)
+            out = self.model(g)
+            return {s: _metric(task, out[g[f"{s}_mask"]], g.y[g[f"{s}_mask"]]) for s in ("val", "test")}
+        res = {}
+        for split in ("val", "test"):
+            outs, ys = [], []
+            for batch in DataLoader(task.splits[split], batch_size=max(self.cfg["batch_size"], 64)):
+                batch = batch.to(self.device)
+                outs.append(self.model(batch).float().cpu())
+                ys.append(batch.y.cpu())
+            res[split] = _metric(task, torch.cat(outs), torch.cat(ys))
+        return res
+
+    def _better(self, val: float) -> bool:
+        if self.best is None:
+            return True
+        return val > self.best["val"] if self.higher_is_better else val < self.best["val"]
+
+    def fit(self) -> dict[str, Any]:
+        cfg = self.cfg
+        budget = cfg["time_budget"] * 60 if cfg["time_budget"] else None
+        stopped = None
+        bar = tqdm(total=cfg["epochs"], initial=self.epoch, disable=not cfg["progress"],
+                   desc=f"{self.task.name} seed {self.seed}", leave=False)
+        while self.epoch < cfg["epochs"]:
+            if budget is not None and self.elapsed >= budget:
+                stopped = f"time budget of {cfg['time_budget']} min reached"
+                break
+            if (cfg["patience"] and self.best is not None
+                    and self.epoch - self.best["epoch"] >= cfg["patience"]):
+                stopped = f"no validation improvement for {cfg['patience']} epochs"
+                break
+            t0 = time.perf_counter()
+            loss = self.train_epoch()
+            self.epoch += 1
+            row: dict[str, Any] = {"epoch": self.epoch, "loss": loss}
+            if self.epoch % cfg["eval_every"] == 0 or self.epoch == cfg["epochs"]:
+                row.update(self.evaluate())
+                if self._better(row["val"]):
+                    self.best = {"epoch": self.epoch, "val": row["val"], "test": row["test"]}
+                    self.save("best.pt")
+            self.elapsed += time.perf_counter() - t0
+            row["time_s"] = self.elapsed
+            self.history.append(row)
+            self.save("last.pt")
+            bar.update(1)
+            bar.set_postfix({k: round(v, 4) for k, v in row.items() if k in ("loss", "val", "test")})
+        bar.close()
+        assert self.best is not None, "no evaluation happened"
+        return {
+            "task": self.task.name, "seed": self.seed, "metric": self.task.metric,
+            "best_epoch": self.best["epoch"], "val": self.best["val"], "test": self.best["test"],
+            "epochs_run": self.epoch, "train_time_s": round(self.elapsed, 2),
+            "params": self.n_params, "stopped": stopped,
+            "edge_stats": _density(self.model),
+        }
+
+
+def _density(model: GraphTransformer) -> list[dict[str, float] | None]:
+    """Scalar edge-set statistics of each layer's last forward pass (None: no global branch)."""
+    out: list[dict[str, float] | None] = []
+    for layer in model.layers:
+        es = layer.last_edges
+        if es is None:
+            out.append(None)
+            continue
+        stats = {}
+        for k, v in es.stats.items():
+            if isinstance(v, (int, float)) or (isinstance(v, Tensor) and v.numel() == 1):
+                stats[k] = round(float(v), 4)
+        out.append(stats)
+    return out
+
+
+def _fmt(values: list[float]) -> str:
+    if len(values) == 1:
+        return f"{values[0]:.4f}"
+    return f"{statistics.mean(values):.4f} ± {statistics.stdev(values):.4f}"
+
+
+def summarise(results: list[dict[str, Any]], cfg: dict[str, Any]) -> dict[str, Any]:
+    vals = [r["val"] for r in results]
+    tests = [r["test"] for r in results]
+    summary = {
+        "task": cfg["task"], "producer": cfg["producer"], "metric": results[0]["metric"],
+        "seeds": [r["seed"] for r in results],
+        "val_mean": statistics.mean(vals), "val_std": statistics.stdev(vals) if len(vals) > 1 else 0.0,
+        "test_mean": statistics.mean(tests),
+        "test_std": statistics.stdev(tests) if len(tests) > 1 else 0.0,
+        "val": _fmt(vals), "test": _fmt(tests),
+    }
+    return summary
+
+
+def markdown_table(results: list[dict[str, Any]], summary: dict[str, Any]) -> str:
+    lines = [f"| task | producer | seed | best epoch | val {summary['metric']} | test {summary['metric']} "
+             f"| epochs | time (s) | params |", "|---|---|---|---|---|---|---|---|---|"]
+    prod = summary["producer"]
+    prod = prod if isinstance(prod, str) else json.dumps(prod)
+    for r in results:
+        lines.append(f"| {r['task']} | {prod} | {r['seed']} | {r['best_epoch']} | {r['val']:.4f} | "
+                     f"{r['test']:.4f} | {r['epochs_run']} | {r['train_time_s']} | {r['params']} |")
+    lines.append(f"| **{summary['task']}** | {prod} | {len(results)} seeds | | **{summary['val']}** | "
+                 f"**{summary['test']}** | | | |")
+    return "\n".join(lines) + "\n"
+
+
+def run_experiment(config: dict[str, Any]) -> dict[str, Any]:
+    """Trains and evaluates ``config`` (keys of :data:`~graphattn.runner.config.DEFAULTS`) for
+    every seed; returns ``{"config", "results" (one per seed), "summary"}`` and, with ``out``,
+    writes ``config.json``, ``results.jsonl``, ``summary.json``, ``summary.md`` and per-seed
+    ``best.pt`` / ``last.pt`` checkpoints there."""
+    cfg = resolve_config(config)
+    if cfg["threads"]:
+        torch.set_num_threads(int(cfg["threads"]))
+    out_dir = Path(cfg["out"]) if cfg["out"] else None
+    if out_dir is not None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / "config.json").write_text(json.dumps(cfg, indent=2, default=str))
+    task = _prepare_task(build_task(cfg["task"], cfg["data_root"], **cfg["task_kwargs"]), cfg)
+    results = []
+    for seed in cfg["seeds"]:
+        trainer = Trainer(cfg, task, seed, out_dir)
+        if cfg["resume"]:
+            trainer.resume()
+        results.append(trainer.fit())
+    summary = summarise(results, cfg)
+    if out_dir is not None:
+        with open(out_dir / "results.jsonl", "w") as f:
+            for r in results:
+                f.write(json.dumps(r) + "\n")
+        (out_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+        (out_dir / "summary.md").write_text(markdown_table(results, summary))
+    return {"config": cfg, "results": results, "summary": summary, "task_notes": task.notes}
