@@ -25,6 +25,7 @@ from graphattn.viz.view import (
     build_view,
     layer_stats,
     prune,
+    thin_layer,
     trace_sample,
 )
 
@@ -44,6 +45,7 @@ __all__ = [
     "prune",
     "render_html",
     "save_figure",
+    "thin_layer",
     "trace_sample",
     "visualize",
     "write_html",

@@ -29,7 +29,7 @@ import numpy as np
 
 from graphattn.origins import origin_name
 from graphattn.viz.static import origin_color
-from graphattn.viz.view import AttentionView
+from graphattn.viz.view import AttentionView, thin_layer
 
 _JSON_ESCAPES = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
 
@@ -69,8 +69,14 @@ def _background(view: AttentionView) -> dict[str, Any] | None:
     return {"href": href, "x0": x0, "x1": x1, "y0": y0, "y1": y1}
 
 
-def view_payload(view: AttentionView, *, max_drawn: int = 5000) -> dict[str, Any]:
-    """The JSON payload the viewer script reads (see ``assets/viewer.js``)."""
+def view_payload(view: AttentionView, *, max_edges: int | None = 200_000,
+                 max_drawn: int = 5000) -> dict[str, Any]:
+    """The JSON payload the viewer script reads (see ``assets/viewer.js``).
+
+    ``max_edges``: a layer with more edge-head pairs is thinned to each target's strongest in-edges
+    (:func:`~graphattn.viz.view.thin_layer`), which keeps the file small; ``max_drawn``: above this
+    many edges in a (layer, head), the page opens with a top-k per target (the user can clear it).
+    """
     from graphattn.viz.static import _node_style
 
     n, V = view.num_nodes, view.num_virtual
@@ -82,7 +88,11 @@ def view_payload(view: AttentionView, *, max_drawn: int = 5000) -> dict[str, Any
 
     layers = []
     biggest = 0
+    notes = list(view.notes)
     for lay in view.layers:
+        if max_edges is not None:
+            lay, note = thin_layer(lay, max_edges, n)
+            notes += [note] if note else []
         alpha = lay.alpha[np.arange(lay.num_edges), lay.head] if lay.head is not None else lay.alpha
         layers.append({
             "name": lay.name,
@@ -101,7 +111,6 @@ def view_payload(view: AttentionView, *, max_drawn: int = 5000) -> dict[str, Any
     default_top_k = 0
     if biggest > max_drawn and n:
         default_top_k = max(1, max_drawn // n)
-    notes = list(view.notes)
     if default_top_k:
         notes.append(f"showing each target's top-{default_top_k} in-edges at first (set top-k to 0 "
                      f"for all {biggest})")
@@ -140,12 +149,13 @@ def _csp(js: str, css: str) -> str:
             f"img-src data:; base-uri 'none'; form-action 'none'")
 
 
-def render_html(view: AttentionView, *, title: str | None = None, max_drawn: int = 5000) -> str:
-    """The viewer page for ``view`` as a string."""
+def render_html(view: AttentionView, *, title: str | None = None, max_edges: int | None = 200_000,
+                max_drawn: int = 5000) -> str:
+    """The viewer page for ``view`` as a string (``max_edges``, ``max_drawn``: :func:`view_payload`)."""
     from graphattn import __version__
 
     js, css = _asset("viewer.js"), _asset("viewer.css")
-    payload = view_payload(view, max_drawn=max_drawn)
+    payload = view_payload(view, max_edges=max_edges, max_drawn=max_drawn)
     page_title = title if title is not None else (view.title or "graphattn attention viewer")
     payload["title"] = page_title
     values = {

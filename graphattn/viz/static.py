@@ -336,7 +336,8 @@ def draw_heatmap(view: AttentionView, layer: int | str = -1, head: int | None = 
         ax.set_yticklabels(view.labels[:n], fontsize=6)
     ax.set_xlabel("source j (key / value)" + (" | virtual" if V else ""))
     ax.set_ylabel("target i (query)")
-    ax.set_title(f"{short_layer_name(lay.name)} · {_head_label(head)}", fontsize=9)
+    thinned = " (thinned view)" if lay.pruned_from else ""
+    ax.set_title(f"{short_layer_name(lay.name)} · {_head_label(head)}{thinned}", fontsize=9)
     ax.figure.colorbar(im, ax=ax, fraction=0.046, label="|α|")
     return ax
 

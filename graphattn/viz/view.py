@@ -24,7 +24,7 @@ Pruning (:meth:`AttentionView.edges`): ``threshold`` keeps :math:`|\alpha| \ge` 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -378,7 +378,7 @@ def build_view(
     hops: int | None = None,
     focus_k: int = 8,
     max_nodes: int = 60,
-    max_edges: int | None = 200_000,
+    max_edges: int | None = None,
     title: str = "",
     layout_seed: int = 0,
 ) -> AttentionView:
@@ -397,7 +397,8 @@ def build_view(
         labels: one label per node of ``data`` (token strings, atom symbols, class names).
         hops: attention hops around ``focus`` (default ``min(num_layers, 2)``).
         max_edges: per layer, if edges × heads exceed this, each target keeps only its strongest
-            in-edges per head so the view fits (recorded in ``notes`` and ``pruned_from``).
+            in-edges per head so the view fits (recorded in ``notes`` and ``pruned_from``); ``None``
+            keeps every edge (the HTML writer thins its own copy, see :func:`thin_layer`).
         title: figure title.
         layout_seed: seed of force-directed layouts.
     """
@@ -454,8 +455,9 @@ def build_view(
     to_local[nodes] = np.arange(n)
     layers = [_localise(s, to_local, num_nodes_data, n) for s in selected]
     if max_edges is not None:
-        for lay in layers:
-            _thin(lay, max_edges, n, notes)
+        thinned = [thin_layer(lay, max_edges, n) for lay in layers]
+        layers = [lay for lay, _ in thinned]
+        notes += [note for _, note in thinned if note]
 
     V = max((lay.num_virtual for lay in layers), default=0)
     in_view = None
@@ -500,28 +502,28 @@ def _localise(s: _Selected, to_local: np.ndarray, N: int, n: int) -> LayerAttent
     )
 
 
-def _thin(lay: LayerAttention, max_edges: int, n: int, notes: list[str]) -> None:
-    """Keeps each target's strongest in-edges per head so that edges × heads ≤ ``max_edges``."""
+def thin_layer(lay: LayerAttention, max_edges: int, n: int) -> tuple[LayerAttention, str]:
+    """A copy of ``lay`` in which each target keeps its ``k`` strongest in-edges per head, ``k``
+    chosen so that edges × heads ≤ ``max_edges`` (an edge shared by all heads stays if it is among
+    the strongest in any head), and a note saying so; ``lay`` itself when it already fits."""
     H = lay.num_heads
     entries = lay.num_edges * (1 if lay.head is not None else H)
     if entries <= max_edges or n == 0:
-        return
+        return lay, ""
     k = max(1, max_edges // (n * H))
     keep = np.zeros(lay.num_edges, dtype=bool)
     before = []
     for h in range(H):
         m = np.nonzero(lay.head_mask(h))[0]
         before.append(int(m.size))
-        el = EdgeList(lay.src[m], lay.dst[m], lay.alpha[m, h], lay.origin[m])
-        # mark the kept edge ids: prune on an index-carrying copy
-        el_idx = EdgeList(el.src, el.dst, el.weight, m)
-        keep[prune(el_idx, top_k=k).origin] = True
-    lay.src, lay.dst, lay.alpha, lay.origin = lay.src[keep], lay.dst[keep], lay.alpha[keep], lay.origin[keep]
-    if lay.head is not None:
-        lay.head = lay.head[keep]
-    lay.pruned_from = before
-    notes.append(f"{lay.name}: {entries} edge-head pairs thinned to the {k} strongest in-edges per "
-                 f"target and head ({lay.num_edges} edges kept) to fit max_edges={max_edges}")
+        # prune an edge list whose "origin" carries the edge ids, to read back which edges stayed
+        ids = EdgeList(lay.src[m], lay.dst[m], lay.alpha[m, h], m)
+        keep[prune(ids, top_k=k).origin] = True
+    out = replace(lay, src=lay.src[keep], dst=lay.dst[keep], alpha=lay.alpha[keep], origin=lay.origin[keep],
+                  head=None if lay.head is None else lay.head[keep], pruned_from=before)
+    note = (f"{lay.name}: {entries} edge-head pairs thinned to the {k} strongest in-edges per target "
+            f"and head ({out.num_edges} edges kept) to fit max_edges={max_edges}")
+    return out, note
 
 
 def trace_sample(model: torch.nn.Module, data: Any, **forward_kwargs: Any) -> AttentionTrace:

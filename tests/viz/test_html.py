@@ -90,6 +90,10 @@ def test_payload_matches_view(views):
     assert p["defaultTopK"] == 0
     big = view_payload(view, max_drawn=10)
     assert big["defaultTopK"] >= 1 and any("top-" in n for n in big["notes"])
+    small = view_payload(view, max_edges=40)  # the page thins its own copy of a large layer
+    assert small["layers"][0]["prunedFrom"] == [view.layers[0].num_edges] * 2
+    assert len(small["layers"][0]["src"]) < view.layers[0].num_edges
+    assert any("thinned" in n for n in small["notes"]) and view.layers[0].pruned_from is None
 
 
 def test_labels_and_title_escaped_in_source(views, tmp_path):

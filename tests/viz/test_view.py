@@ -9,7 +9,7 @@ import torch
 from torch_geometric.data import Batch, Data
 
 from graphattn.origins import origin_name
-from graphattn.viz import EdgeList, build_view, prune, trace_sample
+from graphattn.viz import EdgeList, build_view, prune, thin_layer, trace_sample
 from graphattn.viz.layout import image_background, node_positions
 from tests.viz.samples import (
     expected_count,
@@ -168,6 +168,12 @@ def test_thinning_for_size_is_recorded():
         assert (counts >= k).all()
     assert any("thinned" in n for n in view.notes)
     assert view.stats[1]["edges"] == 196  # statistics from the untouched trace
+    # by default nothing is thinned; thin_layer works on a copy
+    whole = build_view(s.trace, s.data)
+    assert whole.layers[1].num_edges == 196 and whole.layers[1].pruned_from is None
+    thin, note = thin_layer(whole.layers[1], 60, 14)
+    assert thin.num_edges == full.num_edges and whole.layers[1].num_edges == 196 and "thinned" in note
+    assert thin_layer(whole.layers[0], 10_000, 14) == (whole.layers[0], "")
 
 
 def test_layouts_from_data_positions():
