@@ -118,16 +118,17 @@
   // ------------------------------------------------------------------ colours
   var viridis = ["#440154", "#482878", "#3e4989", "#31688e", "#26828e", "#1f9e89", "#35b779", "#6ece58", "#b5de2b", "#fde725"];
   function weightColor(rel) { return viridis[Math.min(viridis.length - 1, Math.max(0, Math.floor(rel * viridis.length)))]; }
-  var markerIds = {};
-  function markerFor(color) {
-    if (markerIds[color]) return markerIds[color];
-    var id = "arrow" + Object.keys(markerIds).length;
-    var m = el("marker", { id: id, viewBox: "0 0 10 10", refX: "10", refY: "5", markerWidth: String(0.8 * R),
-      markerHeight: String(0.8 * R), markerUnits: "userSpaceOnUse", orient: "auto" });
-    m.appendChild(el("path", { d: "M0,0 L10,5 L0,10 z", fill: color }));
+  // one arrowhead, painted with the stroke of the edge that uses it (so highlighting recolours it);
+  // edges fade with the element opacity, which covers their arrowheads too
+  var markerId = null;
+  function marker() {
+    if (markerId) return markerId;
+    var m = el("marker", { id: "arrow", viewBox: "0 0 10 10", refX: "10", refY: "5", markerWidth: String(0.6 * R),
+      markerHeight: String(0.6 * R), markerUnits: "userSpaceOnUse", orient: "auto" });
+    m.appendChild(el("path", { d: "M0,0 L10,5 L0,10 z", fill: "context-stroke" }));
     $("markers").appendChild(m);
-    markerIds[color] = id;
-    return id;
+    markerId = "arrow";
+    return markerId;
   }
 
   // ------------------------------------------------------------------ static layers
@@ -184,11 +185,11 @@
       var dx = X[d] - X[s], dy = Y[d] - Y[s], len = Math.sqrt(dx * dx + dy * dy) || 1;
       var cut = arrow ? Math.min(1.05 * R, 0.45 * len) : 0;
       e = el("line", { x1: X[s], y1: Y[s], x2: X[d] - dx / len * cut, y2: Y[d] - dy / len * cut });
-      if (arrow) e.setAttribute("marker-end", "url(#" + markerFor(color) + ")");
+      if (arrow) e.setAttribute("marker-end", "url(#" + marker() + ")");
     }
     e.setAttribute("stroke", color);
     e.setAttribute("stroke-width", width.toFixed(2));
-    e.setAttribute("stroke-opacity", opacity.toFixed(3));
+    e.setAttribute("opacity", opacity.toFixed(3));
     return e;
   }
 
