@@ -81,6 +81,19 @@ def _head_label(head: int | None) -> str:
     return "mean over heads" if head is None else f"head {head}"
 
 
+def node_categories(view: AttentionView) -> dict[str, Any] | None:
+    """Colours of node label categories (class names of a node task, ...) when the real nodes
+    of a graph or point view carry 2 to 10 distinct, repeated labels; else ``None``."""
+    n = view.num_nodes
+    if view.kind not in ("graph", "points"):
+        return None
+    uniq = sorted(set(view.labels[:n]))
+    if not (1 < len(uniq) <= 10 and len(uniq) < n):
+        return None
+    cmap = plt.get_cmap("tab10")
+    return {u: cmap(i) for i, u in enumerate(uniq)}
+
+
 def _node_style(view: AttentionView) -> tuple[list[Any], float]:
     n, V = view.num_nodes, view.num_virtual
     total = n + V
@@ -88,12 +101,10 @@ def _node_style(view: AttentionView) -> tuple[list[Any], float]:
     colors: list[Any] = ["#f2f2f2"] * total
     if view.kind == "molecule":
         colors[:n] = [ATOM_COLORS.get(lab, "#c0a0ff") for lab in view.labels[:n]]
-    elif view.kind in ("graph", "points"):
-        uniq = sorted(set(view.labels[:n]))
-        if 1 < len(uniq) <= 10 and len(uniq) < n:
-            cmap = plt.get_cmap("tab10")
-            idx = {u: i for i, u in enumerate(uniq)}
-            colors[:n] = [cmap(idx[lab]) for lab in view.labels[:n]]
+    else:
+        cats = node_categories(view)
+        if cats is not None:
+            colors[:n] = [cats[lab] for lab in view.labels[:n]]
     for v in range(n, total):
         colors[v] = "#ffe0f0"
     return colors, size
@@ -118,8 +129,10 @@ def _draw_nodes(ax: Axes, view: AttentionView, labels: bool | None, size: float 
         f = view.focus
         ax.scatter([xy[f, 0]], [xy[f, 1]], s=size * 2.5, marker="o", facecolors="none",
                    edgecolors="#d62728", linewidths=1.6, zorder=4)
-    if labels is None:
-        labels = total <= 80 and view.kind != "image"
+    if labels is None:  # node colours already name the categories: no text unless few nodes
+        short = np.mean([len(s) for s in view.labels]) <= 8 if total else True
+        labels = (view.kind != "image" and total <= 80 and short
+                  and (node_categories(view) is None or total <= 20))
     if labels:
         fs = float(np.clip(300.0 / max(total, 1), 5.0, 9.0))
         for i in range(total):
@@ -257,10 +270,18 @@ def draw_attention(
         handles = [Line2D([0], [0], color=origin_color(int(c)), lw=2,
                           label=f"{origin_name(int(c))} ({int(k)})")
                    for c, k in zip(codes, counts, strict=True)]
-        ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
+        leg = ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0),
+                        frameon=False, title="edge origin", title_fontsize=7)
+        ax.add_artist(leg)
     elif color_by == "weight" and len(el):
         sm = plt.cm.ScalarMappable(cmap="viridis", norm=plt.Normalize(0, wmax))
         ax.figure.colorbar(sm, ax=ax, fraction=0.04, label="|α|")
+    cats = node_categories(view)
+    if legend and cats is not None:
+        handles = [Line2D([0], [0], marker="o", lw=0, markerfacecolor=c, markeredgecolor="#333333",
+                          label=name) for name, c in cats.items()]
+        ax.legend(handles=handles, fontsize=7, loc="lower left", bbox_to_anchor=(1.0, 0.0), frameon=False,
+                  title="node label", title_fontsize=7)
     return ax
 
 

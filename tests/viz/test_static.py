@@ -6,6 +6,7 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import numpy as np
 import pytest
+from matplotlib.legend import Legend
 from matplotlib.patches import FancyArrowPatch
 from matplotlib.text import Annotation
 
@@ -75,11 +76,15 @@ def test_pruned_figure(view):
 def test_origin_colours_and_legend(view):
     ax = draw_attention(view, 0, None, arrows=True, color_by="origin")
     el = view.edges(0, None)
-    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    legends = {leg.get_title().get_text(): [t.get_text() for t in leg.get_texts()]
+               for leg in ax.get_children() if isinstance(leg, Legend)}
+    legend = legends["edge origin"]
     from graphattn.origins import origin_name
 
     codes, counts = np.unique(el.origin, return_counts=True)
     assert legend == [f"{origin_name(int(c))} ({int(k)})" for c, k in zip(codes, counts, strict=True)]
+    if view.kind == "graph":  # a node task: node colours name the classes
+        assert legends["node label"] == sorted(set(view.labels[: view.num_nodes]))
     colours = {tuple(np.round(p.get_edgecolor()[:3], 3)) for p in ax.patches
                if isinstance(p, FancyArrowPatch)}
     from matplotlib.colors import to_rgb
