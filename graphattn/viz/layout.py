@@ -6,9 +6,9 @@
   lands above the top-left corner.
 * **points**: 2-D coordinates as they are; 3-D (or higher) ones projected on their two principal
   axes (PCA), which keeps the widest view of the cloud.
-* **graph / molecule** (no ``pos``): networkx Kamada–Kawai on the data's edges (spring layout with a
-  fixed seed for graphs over 400 nodes or disconnected ones); for a focus view, shells around the
-  focus node by attention hop, strongest sources first.
+* **graph / molecule** (no ``pos``): networkx Kamada–Kawai on the data's edges, per connected
+  component (spring layout with a fixed seed above 400 nodes), components packed in rows; for a
+  focus view, shells around the focus node by attention hop, strongest sources first.
 
 Virtual sources get a row of their own above (below, for sequences) the drawing.
 """
@@ -56,13 +56,35 @@ def _graph_layout(n: int, edges: np.ndarray | None, layers: list[LayerAttention]
                                                                   strict=True))
     if n == 0:
         return np.zeros((0, 2))
-    if n == 1:
-        return np.zeros((1, 2))
-    if n <= 400 and nx.is_connected(G):
-        pos = nx.kamada_kawai_layout(G)
-    else:
-        pos = nx.spring_layout(G, seed=seed, iterations=100)
-    return np.array([pos[i] for i in range(n)], dtype=np.float64)
+    return _pack_components(G, seed)
+
+
+def _pack_components(G: nx.Graph, seed: int) -> np.ndarray:
+    """Each connected component laid out on its own (Kamada–Kawai up to 400 nodes, else spring),
+    scaled to a square of side ∝ √size, and the squares packed in rows, largest first."""
+    comps = sorted(nx.connected_components(G), key=lambda c: (-len(c), min(c)))
+    out = np.zeros((G.number_of_nodes(), 2))
+    total = sum(len(c) for c in comps)
+    row_width = 1.3 * np.sqrt(total)
+    x = y = row_h = 0.0
+    for comp in comps:
+        nodes = sorted(comp)
+        side = np.sqrt(len(nodes))
+        if len(nodes) == 1:
+            xy = np.zeros((1, 2))
+        else:
+            sub = G.subgraph(nodes)
+            lay = (nx.kamada_kawai_layout(sub) if len(nodes) <= 400
+                   else nx.spring_layout(sub, seed=seed, iterations=100))
+            xy = np.array([lay[i] for i in nodes], dtype=np.float64)
+            xy -= xy.min(0)
+            xy *= side / max(float(xy.max()), 1e-12)
+        if x > 0 and x + side > row_width:  # next row (downwards)
+            x, y, row_h = 0.0, y - row_h - 1.0, 0.0
+        out[nodes] = xy + np.array([x, y - side])
+        x += side + 1.0
+        row_h = max(row_h, side)
+    return out
 
 
 def _shell_layout(hop: np.ndarray, n: int) -> np.ndarray:

@@ -29,6 +29,7 @@ from matplotlib.axes import Axes
 from matplotlib.collections import LineCollection, PathCollection
 from matplotlib.colors import PowerNorm, to_rgba
 from matplotlib.figure import Figure
+from matplotlib.legend import Legend
 from matplotlib.lines import Line2D
 from matplotlib.patches import FancyArrowPatch
 from matplotlib.path import Path as MPath
@@ -270,9 +271,8 @@ def draw_attention(
         handles = [Line2D([0], [0], color=origin_color(int(c)), lw=2,
                           label=f"{origin_name(int(c))} ({int(k)})")
                    for c, k in zip(codes, counts, strict=True)]
-        leg = ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0),
-                        frameon=False, title="edge origin", title_fontsize=7)
-        ax.add_artist(leg)
+        ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0),
+                  frameon=False, title="edge origin", title_fontsize=7)
     elif color_by == "weight" and len(el):
         sm = plt.cm.ScalarMappable(cmap="viridis", norm=plt.Normalize(0, wmax))
         ax.figure.colorbar(sm, ax=ax, fraction=0.04, label="|α|")
@@ -280,8 +280,9 @@ def draw_attention(
     if legend and cats is not None:
         handles = [Line2D([0], [0], marker="o", lw=0, markerfacecolor=c, markeredgecolor="#333333",
                           label=name) for name, c in cats.items()]
-        ax.legend(handles=handles, fontsize=7, loc="lower left", bbox_to_anchor=(1.0, 0.0), frameon=False,
-                  title="node label", title_fontsize=7)
+        cat_legend = Legend(ax, handles, [h.get_label() for h in handles], fontsize=7, loc="lower left",
+                            bbox_to_anchor=(1.0, 0.0), frameon=False, title="node label", title_fontsize=7)
+        ax.add_artist(cat_legend)
     return ax
 
 

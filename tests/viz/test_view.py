@@ -204,6 +204,18 @@ def test_layouts_from_data_positions():
     # 2-D points are drawn as they are
     d2 = Data(pos=flat, num_nodes=30)
     np.testing.assert_allclose(node_positions(d2, np.arange(30), "points"), flat.numpy(), rtol=1e-6)
+    # no positions: one layout per connected component, components side by side, never overlapping
+    ring = torch.stack([torch.arange(6), (torch.arange(6) + 1) % 6])
+    ei = torch.cat([ring, ring + 6, torch.tensor([[12], [13]])], 1)  # two rings, one edge, one isolated
+    xy = node_positions(Data(edge_index=ei, num_nodes=15), np.arange(15), "graph", edges=ei.numpy())
+    assert np.isfinite(xy).all()
+    boxes = [(xy[i].min(0), xy[i].max(0)) for i in (np.arange(6), np.arange(6, 12), [12, 13], [14])]
+    for a in range(4):
+        for b in range(a + 1, 4):
+            (lo1, hi1), (lo2, hi2) = boxes[a], boxes[b]
+            assert (hi1 < lo2).any() or (hi2 < lo1).any()
+    span = xy.max(0) - xy.min(0)
+    assert span.max() < 4 * np.sqrt(15)  # isolated nodes are not flung away
     # features that are not pixels give no background
     assert image_background(Data(x=torch.randn(4, 3), pos=torch.zeros(4, 2)), np.arange(4)) is None
 
