@@ -58,12 +58,15 @@ def write_output(view: AttentionView, out: str | Path, *, figure: str = "graph",
             ax = static.draw_attention(view, layer, head, top_k=top_k, threshold=threshold,
                                        color_by=color_by)
             if view.title:
-                ax.figure.suptitle(view.title, fontsize=10)
+                ax.set_title(f"{view.title}\n{ax.get_title()}", fontsize=9)
             fig = ax.figure
         elif kind == "heads":
             fig = static.draw_heads(view, top_k=top_k, threshold=threshold, color_by=color_by)
         elif kind == "heatmap":
-            fig = static.draw_heatmap(view, layer, head, top_k=top_k, threshold=threshold).figure
+            ax = static.draw_heatmap(view, layer, head, top_k=top_k, threshold=threshold)
+            if view.title:
+                ax.set_title(f"{view.title}\n{ax.get_title()}", fontsize=9)
+            fig = ax.figure
         else:
             fig = static.draw_summary(view)
         written.append(static.save_figure(fig, path, dpi=dpi))

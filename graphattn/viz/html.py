@@ -77,13 +77,14 @@ def view_payload(view: AttentionView, *, max_edges: int | None = 200_000,
     (:func:`~graphattn.viz.view.thin_layer`), which keeps the file small; ``max_drawn``: above this
     many edges in a (layer, head), the page opens with a top-k per target (the user can clear it).
     """
-    from graphattn.viz.static import _node_style
+    from graphattn.viz.static import _node_style, node_categories
 
     n, V = view.num_nodes, view.num_virtual
     types = np.zeros(n + V, dtype=int)
     types[view.is_cls] = 1
     types[n:] = 2
     colors, _ = _node_style(view)
+    cats = node_categories(view)
     from matplotlib.colors import to_hex
 
     layers = []
@@ -137,7 +138,8 @@ def view_payload(view: AttentionView, *, max_edges: int | None = 200_000,
         "stats": view.stats,
         "background": _background(view),
         "defaultTopK": default_top_k,
-        "labelsDefault": (n + V) <= 150 and view.kind != "image",
+        "categories": None if cats is None else [{"name": k, "color": to_hex(c)} for k, c in cats.items()],
+        "labelsDefault": (n + V) <= 150 and view.kind != "image" and cats is None,
     }
 
 

@@ -193,7 +193,9 @@ def draw_attention(
         show_input: draw the data's own edges faintly underneath.
     """
     if ax is None:
-        _, ax = plt.subplots(figsize=(6, 6))
+        n = view.num_nodes + view.num_virtual
+        wide = view.kind == "sequence" and view.focus is None
+        _, ax = plt.subplots(figsize=(min(max(6.0, 0.3 * n), 18.0), 4.5) if wide else (6, 6))
     lay = view.layer(layer)
     el = view.edges(layer, head, top_k=top_k, threshold=threshold, origins=origins)
     total = len(el)
@@ -253,12 +255,16 @@ def draw_attention(
         lo, hi = xy.min(0), xy.max(0)
         pad = 0.06 * max(float((hi - lo).max()), 1.0)
         ylo, yhi = lo[1] - pad, hi[1] + pad
-        if seq:
-            half = 0.5 * float(hi[0] - lo[0]) + pad
+        if seq:  # room for the highest drawn arc (half its span), at least one token step
+            arcs = rest[arc]
+            reach = 0.5 * float(np.abs(xy[el.src[arcs], 0] - xy[el.dst[arcs], 0]).max()) if arcs.size else 0
+            half = max(reach, 1.0) + 0.5
             ylo, yhi = min(ylo, -half), max(yhi, half)
+            if view.num_virtual == 0:
+                ylo = -half
         ax.set_xlim(lo[0] - pad, hi[0] + pad)
         ax.set_ylim(ylo, yhi)
-    ax.set_aspect("equal" if view.kind in ("image", "points", "graph", "molecule") else "auto")
+    ax.set_aspect("equal")  # arcs (display space when drawn as arrows) keep their shape
     ax.set_xticks([])
     ax.set_yticks([])
     for side in ax.spines.values():
@@ -296,8 +302,9 @@ def draw_heads(view: AttentionView, layers: Sequence[int | str] | None = None, *
         raise ValueError("the view has no layer to draw")
     H = max(view.layer(lay).num_heads for lay in chosen)
     cols = H + int(include_mean)
-    fig, axes = plt.subplots(len(chosen), cols, figsize=(panel_size * cols, panel_size * len(chosen)),
-                             squeeze=False)
+    aspect = 2.2 if view.kind == "sequence" and view.focus is None else 1.0
+    fig, axes = plt.subplots(len(chosen), cols, squeeze=False,
+                             figsize=(panel_size * aspect * cols, panel_size * len(chosen)))
     for r, lay in enumerate(chosen):
         L = view.layer(lay)
         heads: list[int | None] = [*range(L.num_heads), *([None] if include_mean else [])]

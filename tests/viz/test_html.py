@@ -217,7 +217,7 @@ def test_click_node_shows_its_in_edges(browser, pages, views):
         in_head = torch.ones(ei.size(1), dtype=torch.bool) if rec.edges.head is None else rec.edges.head == h
         node = 5
         browser.find_element("css selector", f'#nodes .node[data-id="{node}"]').click()
-        assert browser.find_element("id", "selected-label").text == view.labels[node]
+        assert browser.find_element("id", "selected-label").text == f"{view.labels[node]} #{node}"
         want_in = in_head & (ei[1] == node)
         want_out = in_head & (ei[0] == node) & (ei[1] != node)
         assert int(browser.find_element("id", "in-count").get_attribute("data-count")) == int(want_in.sum())
@@ -272,5 +272,5 @@ def test_script_labels_are_shown_as_text(browser, tmp_path):
     assert browser.execute_script("return document.querySelectorAll('img, b, #labels script').length") == 0
     browser.find_element("id", "showLabels").click()  # labels off: nodes are not covered by text
     browser.find_element("css selector", '#nodes .node[data-id="0"]').click()
-    assert browser.find_element("id", "selected-label").text == EVIL[0]
+    assert browser.find_element("id", "selected-label").text == f"{EVIL[0]} #0"
     assert browser.execute_script("return window.__pwned === undefined")

@@ -41,7 +41,8 @@
   })();
   var span = Math.max(bbox.x1 - bbox.x0, bbox.y1 - bbox.y0, 1e-9);
   var R = (function () { // node radius: a third of the typical spacing
-    if (D.kind === "sequence" || D.kind === "image") return 0.32;
+    if (D.kind === "sequence") return 0.32;
+    if (D.kind === "image") return 0.22;
     var area = Math.max((bbox.x1 - bbox.x0) * (bbox.y1 - bbox.y0), span * span * 0.05);
     return Math.max(0.2 * Math.sqrt(area / Math.max(N, 1)), span * 0.004);
   })();
@@ -62,6 +63,10 @@
     var a = Math.abs(w);
     if (a === 0) return "0";
     return (a >= 1e-3 && a < 1e4) ? w.toFixed(4) : w.toExponential(3);
+  }
+  function nodeName(i) { // label, plus the node's id in the data when that tells nodes apart
+    var idx = D.nodes.index[i];
+    return idx >= 0 && String(idx) !== D.nodes.label[i] ? D.nodes.label[i] + " #" + idx : D.nodes.label[i];
   }
   function originOf(code) { return D.origins[String(code)] || { name: "unknown", color: "#7f7f7f" }; }
 
@@ -147,7 +152,7 @@
     else shape = el("circle", { cx: x, cy: y, r: r, fill: D.nodes.color ? D.nodes.color[i] : "#f2f2f2" });
     shape.setAttribute("class", "node");
     shape.setAttribute("data-id", String(i));
-    if (D.background && t === 0) shape.setAttribute("fill-opacity", "0.35");
+    if (D.background && t === 0) shape.setAttribute("fill-opacity", "0.12");
     return shape;
   }
 
@@ -272,7 +277,7 @@
       var li = document.createElement("li");
       var j = other === "src" ? current.list.src[e] : current.list.dst[e];
       var a = document.createElement("span");
-      a.textContent = D.nodes.label[j] + " · " + originOf(current.list.o[e]).name;
+      a.textContent = nodeName(j) + " · " + originOf(current.list.o[e]).name;
       var b = document.createElement("span");
       b.textContent = fmt(current.list.w[e]);
       li.appendChild(a); li.appendChild(b);
@@ -295,7 +300,7 @@
     var i = state.selected;
     var head = document.createElement("p");
     head.id = "selected-label";
-    head.textContent = D.nodes.label[i];
+    head.textContent = nodeName(i);
     p.appendChild(head);
     var t1 = document.createElement("div");
     t1.className = "in-title";
@@ -337,6 +342,21 @@
       var name = document.createElement("span");
       name.textContent = o.name + " (" + (counts[code] || 0) + ")";
       li.appendChild(box); li.appendChild(sw); li.appendChild(name);
+      ul.appendChild(li);
+    });
+  }
+
+  function renderNodeLegend() {
+    var ul = $("nodeLegend");
+    if (!D.categories) { ul.parentNode.hidden = true; return; }
+    D.categories.forEach(function (c) {
+      var li = document.createElement("li");
+      var sw = document.createElement("span");
+      sw.className = "dot";
+      sw.style.background = c.color;
+      var name = document.createElement("span");
+      name.textContent = c.name;
+      li.appendChild(sw); li.appendChild(name);
       ul.appendChild(li);
     });
   }
@@ -419,7 +439,7 @@
     var t = evt.target;
     if (t.classList && t.classList.contains("edge") && current) {
       var e = +t.getAttribute("data-e"), l = current.list, L = D.layers[state.layer];
-      showTip(evt, D.nodes.label[l.src[e]] + " \u2192 " + D.nodes.label[l.dst[e]] +
+      showTip(evt, nodeName(l.src[e]) + " \u2192 " + nodeName(l.dst[e]) +
         "\n" + (L.complex ? "|\u03b1| = " : "\u03b1 = ") + fmt(l.w[e]) + "   origin: " + originOf(l.o[e]).name +
         "\nlayer " + L.name + ", head " + state.head);
     } else if (t.classList && t.classList.contains("node")) {
@@ -472,6 +492,7 @@
 
   drawBackground();
   drawNodes();
+  renderNodeLegend();
   setup();
   render();
   document.body.setAttribute("data-ready", "1");
