@@ -1,0 +1,423 @@
+r"""Static figures (matplotlib) of an :class:`~graphattn.viz.AttentionView`.
+
+* :func:`draw_attention` — one layer and head drawn in the data's own layout, edges coloured by
+  origin (or by weight), opacity and width :math:`\propto |\alpha| / \max |\alpha|` over the drawn
+  edges, arrows towards the target (the query that attends) when few enough to read;
+* :func:`draw_heads` — small multiples: layers × (heads + head mean);
+* :func:`draw_heatmap` — the attention matrix (targets × sources) of one layer and head, the natural
+  view of a sequence (tokens on both axes; virtual sources as extra columns);
+* :func:`draw_summary` — per-layer edges per node, density, entropy, and shares of edges and of
+  attention mass by origin.
+
+Every function takes the same pruning arguments as :meth:`AttentionView.edges`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg", force=False)
+
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.collections import LineCollection, PathCollection
+from matplotlib.colors import PowerNorm, to_rgba
+from matplotlib.figure import Figure
+from matplotlib.legend import Legend
+from matplotlib.lines import Line2D
+from matplotlib.patches import FancyArrowPatch
+from matplotlib.path import Path as MPath
+
+from graphattn.origins import origin_code, origin_name
+from graphattn.viz.view import AttentionView, EdgeList
+
+# One colour per origin, shared with the HTML viewer (colour-blind-safe where it matters:
+# input / expander / virtual / sampled are far apart).
+ORIGIN_COLORS = {
+    "unknown": "#7f7f7f",
+    "input": "#4477aa",
+    "self_loop": "#bbbbbb",
+    "full": "#ee7733",
+    "window": "#228833",
+    "knn": "#aa3377",
+    "random": "#997700",
+    "expander": "#cc3311",
+    "virtual": "#ee3377",
+    "sampled": "#009988",
+    "sorted": "#33bbee",
+    "operator": "#555555",
+    "support": "#0077bb",
+    "exploration": "#ccbb44",
+}
+_EXTRA = ["#66ccee", "#aa4499", "#882255", "#44aa99", "#999933", "#332288", "#dd7788", "#117733"]
+
+# CPK-like colours for atoms of molecule views
+ATOM_COLORS = {"C": "#909090", "N": "#3050f8", "O": "#ff0d0d", "S": "#e6c229", "P": "#ff8000",
+               "F": "#90e050", "Cl": "#1ff01f", "Br": "#a62929", "I": "#940094", "H": "#dddddd"}
+
+ARROW_LIMIT = 400  # edges drawn as individual arrows; above this, one line collection
+
+
+def origin_color(origin: str | int) -> str:
+    """The colour of an origin (name or code), the same in every figure and in the HTML viewer."""
+    name = origin_name(origin) if isinstance(origin, (int, np.integer)) else str(origin)
+    if name in ORIGIN_COLORS:
+        return ORIGIN_COLORS[name]
+    return _EXTRA[origin_code(name) % len(_EXTRA)]
+
+
+def short_layer_name(name: str) -> str:
+    """``"layers.2.attn"`` → ``"layer 2"``; other names unchanged."""
+    m = re.fullmatch(r"layers\.(\d+)\.attn", name)
+    return f"layer {m.group(1)}" if m else name
+
+
+def _head_label(head: int | None) -> str:
+    return "mean over heads" if head is None else f"head {head}"
+
+
+def node_categories(view: AttentionView) -> dict[str, Any] | None:
+    """Colours of node label categories (class names of a node task, ...) when the real nodes
+    of a graph or point view carry 2 to 10 distinct, repeated labels; else ``None``."""
+    n = view.num_nodes
+    if view.kind not in ("graph", "points"):
+        return None
+    uniq = sorted(set(view.labels[:n]))
+    if not (1 < len(uniq) <= 10 and len(uniq) < n):
+        return None
+    cmap = plt.get_cmap("tab10")
+    return {u: cmap(i) for i, u in enumerate(uniq)}
+
+
+def _node_style(view: AttentionView) -> tuple[list[Any], float]:
+    n, V = view.num_nodes, view.num_virtual
+    total = n + V
+    size = float(np.clip(2500.0 / max(total, 1), 6.0, 160.0))
+    colors: list[Any] = ["#f2f2f2"] * total
+    if view.kind == "molecule":
+        colors[:n] = [ATOM_COLORS.get(lab, "#c0a0ff") for lab in view.labels[:n]]
+    else:
+        cats = node_categories(view)
+        if cats is not None:
+            colors[:n] = [cats[lab] for lab in view.labels[:n]]
+    for v in range(n, total):
+        colors[v] = "#ffe0f0"
+    return colors, size
+
+
+def _draw_nodes(ax: Axes, view: AttentionView, labels: bool | None, size: float | None) -> float:
+    colors, auto = _node_style(view)
+    size = auto if size is None else size
+    n, total = view.num_nodes, view.num_nodes + view.num_virtual
+    xy = view.pos
+    kinds = np.zeros(total, dtype=int)  # 0 node, 1 cls, 2 virtual
+    kinds[view.is_cls] = 1
+    kinds[n:] = 2
+    face_alpha = 0.55 if view.background is not None else 1.0
+    for k, marker in ((0, "o"), (1, "D"), (2, "s")):
+        idx = np.nonzero(kinds == k)[0]
+        if idx.size:
+            ax.scatter(xy[idx, 0], xy[idx, 1], s=size, marker=marker,
+                       c=[colors[i] for i in idx], edgecolors="#333333", linewidths=0.5,
+                       alpha=face_alpha, zorder=3)
+    if view.focus is not None:
+        f = view.focus
+        ax.scatter([xy[f, 0]], [xy[f, 1]], s=size * 2.5, marker="o", facecolors="none",
+                   edgecolors="#d62728", linewidths=1.6, zorder=4)
+    if labels is None:  # node colours already name the categories: no text unless few nodes
+        short = np.mean([len(s) for s in view.labels]) <= 8 if total else True
+        labels = (view.kind != "image" and total <= 80 and short
+                  and (node_categories(view) is None or total <= 20))
+    if labels:
+        fs = float(np.clip(300.0 / max(total, 1), 5.0, 9.0))
+        for i in range(total):
+            ax.annotate(view.labels[i], xy[i], fontsize=fs, ha="center", va="center", zorder=5,
+                        annotation_clip=False)
+    return size
+
+
+def _edge_rgba(el: EdgeList, color_by: str, wmax: float) -> tuple[np.ndarray, np.ndarray]:
+    rel = np.abs(el.weight) / wmax if wmax > 0 else np.zeros(len(el))
+    if color_by == "origin":
+        rgba = np.array([to_rgba(origin_color(int(c))) for c in el.origin]).reshape(-1, 4)
+    elif color_by == "weight":
+        rgba = plt.get_cmap("viridis")(rel).reshape(-1, 4)
+    else:
+        raise ValueError(f"'color_by' must be 'origin' or 'weight', got {color_by!r}")
+    rgba[:, 3] = 0.12 + 0.88 * rel
+    return rgba, rel
+
+
+def _auto_prune(view: AttentionView, el: EdgeList, max_edges: int | None) -> tuple[EdgeList, str]:
+    if max_edges is None or len(el) <= max_edges:
+        return el, ""
+    from graphattn.viz.view import prune
+
+    k = max(1, max_edges // max(view.num_nodes, 1))
+    return prune(el, top_k=k), f", drawn: top-{k} per target"
+
+
+def draw_attention(
+    view: AttentionView,
+    layer: int | str = -1,
+    head: int | None = None,
+    *,
+    top_k: int | None = None,
+    threshold: float = 0.0,
+    origins: Sequence[str] | None = None,
+    color_by: str = "origin",
+    ax: Axes | None = None,
+    labels: bool | None = None,
+    node_size: float | None = None,
+    arrows: bool | None = None,
+    max_edges: int | None = 20_000,
+    show_input: bool = False,
+    legend: bool = True,
+    title: str | None = None,
+) -> Axes:
+    """Draws the edges of ``layer``/``head`` (``head=None``: mean over heads) on the view's layout.
+
+    Args:
+        top_k, threshold, origins: pruning, as :meth:`AttentionView.edges`.
+        color_by: ``"origin"`` (producer of each edge) or ``"weight"`` (viridis).
+        labels: draw node labels (default: when at most 80 nodes and not an image).
+        arrows: arrows towards each target (default: when at most 400 edges are drawn).
+        max_edges: if more edges remain after pruning, each target keeps its strongest
+            ``max_edges // n`` (said in the title).
+        show_input: draw the data's own edges faintly underneath.
+    """
+    if ax is None:
+        n = view.num_nodes + view.num_virtual
+        wide = view.kind == "sequence" and view.focus is None
+        _, ax = plt.subplots(figsize=(min(max(6.0, 0.3 * n), 18.0), 4.5) if wide else (6, 6))
+    lay = view.layer(layer)
+    el = view.edges(layer, head, top_k=top_k, threshold=threshold, origins=origins)
+    total = len(el)
+    el, note = _auto_prune(view, el, max_edges)
+    order = np.argsort(np.abs(el.weight), kind="stable")  # strongest on top
+    el = el.select(order)
+    wmax = float(np.abs(el.weight).max()) if len(el) else 0.0
+    rgba, rel = _edge_rgba(el, color_by, wmax)
+    widths = 0.25 + 2.5 * rel
+    xy = view.pos
+
+    if view.background is not None:
+        img, extent = view.background
+        ax.imshow(img, cmap="gray_r", extent=extent, origin="upper", alpha=0.85, zorder=0,
+                  interpolation="nearest")
+    if show_input and view.input_edges is not None and view.input_edges.size:
+        segs = np.stack([xy[view.input_edges[0]], xy[view.input_edges[1]]], 1)
+        ax.add_collection(LineCollection(segs, colors="#000000", linewidths=0.4, alpha=0.15, zorder=1))
+
+    size = _draw_nodes(ax, view, labels, node_size)
+    loop = el.src == el.dst
+    if loop.any():
+        ax.scatter(xy[el.dst[loop], 0], xy[el.dst[loop], 1], s=size * 2.2, marker="o", facecolors="none",
+                   edgecolors=rgba[loop], linewidths=widths[loop], zorder=2, gid="edge-loops")
+    rest = np.nonzero(~loop)[0]
+    seq = view.kind == "sequence" and view.focus is None
+    arc = seq & (el.src[rest] < view.num_nodes)
+    if arrows is None:
+        arrows = rest.size <= ARROW_LIMIT
+    if arrows:
+        shrink = float(np.sqrt(size)) / 2 + 1
+        for e, is_arc in zip(rest.tolist(), arc.tolist(), strict=True):
+            s, d = int(el.src[e]), int(el.dst[e])
+            # arc3 puts the control point at mid + rad * (dy, -dx): rad = -1 lifts an arc from an
+            # earlier (left) source half its span above the line, and drops one from a later source
+            rad = -1.0 if is_arc else 0.0
+            ax.add_patch(FancyArrowPatch(
+                xy[s], xy[d], arrowstyle="-|>", mutation_scale=6 + 6 * rel[e],
+                connectionstyle=f"arc3,rad={rad}", color=rgba[e], linewidth=widths[e],
+                shrinkA=shrink, shrinkB=shrink, zorder=2, gid="edge"))
+    else:
+        straight = rest[~arc]
+        if straight.size:
+            segs = np.stack([xy[el.src[straight]], xy[el.dst[straight]]], 1)
+            ax.add_collection(LineCollection(segs, colors=rgba[straight], linewidths=widths[straight],
+                                             zorder=2, gid="edge-lines"))
+        curved = rest[arc]
+        if curved.size:
+            paths = []
+            for e in curved.tolist():
+                (x0, y0), (x1, y1) = xy[el.src[e]], xy[el.dst[e]]
+                ctrl = ((x0 + x1) / 2, (y0 + y1) / 2 + (x1 - x0))  # as arc3 with rad = -1
+                paths.append(MPath([(x0, y0), ctrl, (x1, y1)], [MPath.MOVETO, MPath.CURVE3, MPath.CURVE3]))
+            ax.add_collection(PathCollection(paths, facecolors="none", edgecolors=rgba[curved],
+                                             linewidths=widths[curved], zorder=2, gid="edge-arcs"))
+    if xy.size:
+        lo, hi = xy.min(0), xy.max(0)
+        pad = 0.06 * max(float((hi - lo).max()), 1.0)
+        ylo, yhi = lo[1] - pad, hi[1] + pad
+        if seq:  # room for the highest drawn arc (half its span), at least one token step
+            arcs = rest[arc]
+            reach = 0.5 * float(np.abs(xy[el.src[arcs], 0] - xy[el.dst[arcs], 0]).max()) if arcs.size else 0
+            half = max(reach, 1.0) + 0.5
+            ylo, yhi = min(ylo, -half), max(yhi, half)
+            if view.num_virtual == 0:
+                ylo = -half
+        ax.set_xlim(lo[0] - pad, hi[0] + pad)
+        ax.set_ylim(ylo, yhi)
+    ax.set_aspect("equal")  # arcs (display space when drawn as arrows) keep their shape
+    ax.set_xticks([])
+    ax.set_yticks([])
+    for side in ax.spines.values():
+        side.set_visible(False)
+    if title is None:
+        title = f"{short_layer_name(lay.name)} · {_head_label(head)}\n{len(el)} of {total} edges{note}"
+    ax.set_title(title, fontsize=9)
+    if legend and color_by == "origin" and len(el):
+        codes, counts = np.unique(el.origin, return_counts=True)
+        handles = [Line2D([0], [0], color=origin_color(int(c)), lw=2,
+                          label=f"{origin_name(int(c))} ({int(k)})")
+                   for c, k in zip(codes, counts, strict=True)]
+        ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0),
+                  frameon=False, title="edge origin", title_fontsize=7)
+    elif color_by == "weight" and len(el):
+        sm = plt.cm.ScalarMappable(cmap="viridis", norm=plt.Normalize(0, wmax))
+        ax.figure.colorbar(sm, ax=ax, fraction=0.04, label="|α|")
+    cats = node_categories(view)
+    if legend and cats is not None:
+        handles = [Line2D([0], [0], marker="o", lw=0, markerfacecolor=c, markeredgecolor="#333333",
+                          label=name) for name, c in cats.items()]
+        cat_legend = Legend(ax, handles, [h.get_label() for h in handles], fontsize=7, loc="lower left",
+                            bbox_to_anchor=(1.0, 0.0), frameon=False, title="node label", title_fontsize=7)
+        ax.add_artist(cat_legend)
+    return ax
+
+
+def draw_heads(view: AttentionView, layers: Sequence[int | str] | None = None, *,
+               include_mean: bool = True, top_k: int | None = None, threshold: float = 0.0,
+               origins: Sequence[str] | None = None, color_by: str = "origin",
+               panel_size: float = 2.6, **kwargs: Any) -> Figure:
+    """Small multiples: one row per layer, one panel per head (and the head mean)."""
+    chosen = list(range(view.num_layers)) if layers is None else list(layers)
+    if not chosen:
+        raise ValueError("the view has no layer to draw")
+    H = max(view.layer(lay).num_heads for lay in chosen)
+    cols = H + int(include_mean)
+    aspect = 2.2 if view.kind == "sequence" and view.focus is None else 1.0
+    fig, axes = plt.subplots(len(chosen), cols, squeeze=False,
+                             figsize=(panel_size * aspect * cols, panel_size * len(chosen)))
+    for r, lay in enumerate(chosen):
+        L = view.layer(lay)
+        heads: list[int | None] = [*range(L.num_heads), *([None] if include_mean else [])]
+        for c in range(cols):
+            ax = axes[r, c]
+            if c >= len(heads):
+                ax.axis("off")
+                continue
+            el = view.edges(lay, heads[c], top_k=top_k, threshold=threshold, origins=origins)
+            opts = {"arrows": len(el) <= 120, "legend": False, "labels": False, **kwargs}
+            draw_attention(view, lay, heads[c], top_k=top_k, threshold=threshold, origins=origins,
+                           color_by=color_by, ax=ax, **opts)
+            ax.set_title(f"{short_layer_name(L.name)}\n{_head_label(heads[c])} ({len(el)} edges)", fontsize=7)
+    _origin_legend(fig, view)
+    if view.title:
+        fig.suptitle(view.title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def _origin_legend(fig: Figure, view: AttentionView) -> None:
+    names = view.origin_names()
+    if names:
+        handles = [Line2D([0], [0], color=origin_color(nm), lw=2, label=nm) for nm in names]
+        fig.legend(handles=handles, loc="lower center", ncol=min(len(names), 6), fontsize=8,
+                   frameon=False, bbox_to_anchor=(0.5, 0.0))
+        fig.subplots_adjust(bottom=0.08)
+
+
+def attention_matrix(view: AttentionView, layer: int | str = -1, head: int | None = None, *,
+                     top_k: int | None = None, threshold: float = 0.0) -> np.ndarray:
+    """Dense ``[n, n + V]`` matrix of the coefficients (duplicates summed) of one layer and head."""
+    el = view.edges(layer, head, top_k=top_k, threshold=threshold)
+    M = np.zeros((view.num_nodes, view.num_nodes + view.num_virtual))
+    np.add.at(M, (el.dst, el.src), el.weight)
+    return M
+
+
+def draw_heatmap(view: AttentionView, layer: int | str = -1, head: int | None = None, *,
+                 top_k: int | None = None, threshold: float = 0.0, ax: Axes | None = None,
+                 gamma: float = 0.5, max_ticks: int = 64) -> Axes:
+    """The attention matrix: row ``i`` = target (query), column ``j`` = source (key), colour
+    :math:`|\\alpha_{ij}|` on a power scale (``gamma``); token labels on the axes when short."""
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6, 5.5))
+    lay = view.layer(layer)
+    M = np.abs(attention_matrix(view, layer, head, top_k=top_k, threshold=threshold))
+    vmax = float(M.max()) if M.size and M.max() > 0 else 1.0
+    im = ax.imshow(M, cmap="magma_r", norm=PowerNorm(gamma, vmin=0, vmax=vmax), aspect="auto",
+                   interpolation="nearest")
+    n, V = view.num_nodes, view.num_virtual
+    if V:
+        ax.axvline(n - 0.5, color="#1f77b4", lw=0.8)
+    if n + V <= max_ticks:
+        ax.set_xticks(range(n + V))
+        ax.set_xticklabels(view.labels[: n + V], rotation=90, fontsize=6)
+        ax.set_yticks(range(n))
+        ax.set_yticklabels(view.labels[:n], fontsize=6)
+    ax.set_xlabel("source j (key / value)" + (" | virtual" if V else ""))
+    ax.set_ylabel("target i (query)")
+    thinned = " (thinned view)" if lay.pruned_from else ""
+    ax.set_title(f"{short_layer_name(lay.name)} · {_head_label(head)}{thinned}", fontsize=9)
+    ax.figure.colorbar(im, ax=ax, fraction=0.046, label="|α|")
+    return ax
+
+
+def draw_summary(view: AttentionView) -> Figure:
+    """Per layer: edges per node and head, density, mean attention entropy (and the mean largest
+    weight), and the share of edges and of attention mass by origin (over the whole graph)."""
+    stats = view.stats
+    if not stats:
+        raise ValueError("the view holds no layer statistics (empty trace?)")
+    L = len(stats)
+    x = np.arange(L)
+    fig, axes = plt.subplots(1, 4, figsize=(14, 3.2))
+    names = [short_layer_name(s["layer"]) for s in stats]
+    names = [f"{i}:{nm}" if len(set(names)) < L else nm for i, nm in enumerate(names)]
+    axes[0].bar(x, [s["edges_per_node"] for s in stats], color="#4477aa")
+    axes[0].set_title("edges per node and head", fontsize=9)
+    axes[1].bar(x, [s["density"] for s in stats], color="#228833")
+    axes[1].set_title("density (edges / n(n+V))", fontsize=9)
+    axes[1].set_ylim(0, max(1e-9, max(s["density"] for s in stats)) * 1.15)
+    axes[2].bar(x, [s["entropy"] for s in stats], color="#ee7733", label="entropy (nats)")
+    ax2 = axes[2].twinx()
+    ax2.plot(x, [s["max_weight"] for s in stats], "k.-", label="mean max |α|")
+    ax2.set_ylim(0, 1.05)
+    axes[2].set_title("attention entropy / mean max |α|", fontsize=9)
+    origins = sorted({o for s in stats for key in ("origin_share", "mass_share") for o in s[key]},
+                     key=origin_code)
+    w = 0.38
+    for side, key, hatch in ((-1, "origin_share", ""), (1, "mass_share", "//")):
+        bottom = np.zeros(L)
+        for o in origins:
+            vals = np.array([s[key].get(o, 0.0) for s in stats])
+            axes[3].bar(x + side * w / 2, vals, w, bottom=bottom, color=origin_color(o), hatch=hatch,
+                        edgecolor="white", linewidth=0.3, label=o if side < 0 else None)
+            bottom += vals
+    axes[3].set_title("share by origin: edges | attention mass (//)", fontsize=9)
+    axes[3].set_ylim(0, 1.0)
+    axes[3].legend(fontsize=7, frameon=False, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    for ax in axes:
+        ax.set_xticks(x)
+        ax.set_xticklabels(names, rotation=30, ha="right", fontsize=7)
+    if view.title:
+        fig.suptitle(view.title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def save_figure(fig: Figure, path: str | Path, dpi: int = 150) -> Path:
+    """Saves ``fig`` (format from the suffix: png, pdf, svg) and closes it."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=dpi, bbox_inches="tight")
+    plt.close(fig)
+    return path
