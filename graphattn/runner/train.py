@@ -159,6 +159,7 @@ class Trainer:
         self.history: list[dict[str, Any]] = []
         self.best: dict[str, Any] | None = None
         self.elapsed = 0.0
+        self.budget_hit = False
         self.higher_is_better = METRICS[task.metric][1]
 
     # ---------------------------------------------------------------- set-up
@@ -239,7 +240,9 @@ class Trainer:
             loss = loss + cfg["pg_weight"] * self.baseline.loss(terms, rewards)
         return loss
 
-    def train_epoch(self) -> float:
+    def train_epoch(self, deadline: float | None = None) -> float:
+        """One pass over the training set; stops early (mid-epoch) once ``deadline``
+        (``time.perf_counter()``) passes — only time-budgeted runs set one."""
         self.model.train()
         task, cfg = self.task, self.cfg
         losses = []
@@ -260,6 +263,9 @@ class Trainer:
                 nn.utils.clip_grad_norm_(self.model.parameters(), cfg["grad_clip"])
             self.optimizer.step()
             losses.append(float(loss.detach()))
+            if deadline is not None and time.perf_counter() > deadline:
+                self.budget_hit = True
+                break
         self.scheduler.step()
         return float(np.mean(losses)) if losses else float("nan")
 
@@ -301,10 +307,12 @@ class Trainer:
                 stopped = f"no validation improvement for {cfg['patience']} epochs"
                 break
             t0 = time.perf_counter()
-            loss = self.train_epoch()
+            deadline = None if budget is None else t0 + (budget - self.elapsed)
+            loss = self.train_epoch(deadline)
             self.epoch += 1
             row: dict[str, Any] = {"epoch": self.epoch, "loss": loss}
-            if self.epoch % cfg["eval_every"] == 0 or self.epoch == cfg["epochs"]:
+            if (self.epoch % cfg["eval_every"] == 0 or self.epoch == cfg["epochs"]
+                    or self.budget_hit):
                 row.update(self.evaluate())
                 if self._better(row["val"]):
                     self.best = {"epoch": self.epoch, "val": row["val"], "test": row["test"]}
@@ -315,6 +323,9 @@ class Trainer:
             self.save("last.pt")
             bar.update(1)
             bar.set_postfix({k: round(v, 4) for k, v in row.items() if k in ("loss", "val", "test")})
+            if self.budget_hit:
+                stopped = f"time budget of {cfg['time_budget']} min reached (mid-epoch {self.epoch})"
+                break
         bar.close()
         assert self.best is not None, "no evaluation happened"
         return {

@@ -11,7 +11,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from graphattn.data.listops import (
-    OPERATORS,
     VOCAB,
     ListOps,
     apply_operator,

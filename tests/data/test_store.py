@@ -64,7 +64,7 @@ def test_missing_file_in_mirror_is_reported(monkeypatch, tmp_path):
     mirror = tmp_path / "mirror"
     mirror.mkdir()
     monkeypatch.setenv("GRAPHATTN_MIRROR", str(mirror))
-    with pytest.raises(MissingDataError, match="MUTAG_A.txt"):
+    with pytest.raises(MissingDataError, match=r"MUTAG_A\.txt"):
         fetch("mutag", tmp_path / "root")
 
 

@@ -140,7 +140,7 @@ def test_small_model_learns():
         loss = torch.nn.functional.binary_cross_entropy_with_logits(model(batch).view(-1), batch.y)
         loss.backward()
         opt.step()
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
     assert losses[-1] < 0.5 * losses[0]
 
 
