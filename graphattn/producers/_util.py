@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from graphattn.edgeset import EdgeSet
+from graphattn.origins import origin_code
 from graphattn.producers.base import ProducerContext
 
 
@@ -30,3 +32,11 @@ def graph_of_local(ctx: ProducerContext) -> tuple[Tensor, Tensor, Tensor]:
     batch = ctx.batch
     local = torch.arange(ctx.num_nodes, device=ctx.device) - ptr[batch]
     return batch, local, ptr[:-1]
+
+
+def explicit_edge_set(edge_index: Tensor, ctx: ProducerContext, origin: str) -> EdgeSet:
+    """An attention :class:`EdgeSet` whose edges all come from one producer (``origin``), with the
+    ``edges_per_node`` statistic every producer reports."""
+    codes = torch.full((edge_index.size(1),), origin_code(origin), dtype=torch.long, device=edge_index.device)
+    return EdgeSet(edge_index, num_heads=ctx.num_heads, origin=codes,
+                   stats={"edges_per_node": edge_index.size(1) / max(ctx.num_nodes, 1)})

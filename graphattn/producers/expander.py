@@ -9,8 +9,7 @@ import torch
 from torch import Tensor
 
 from graphattn.edgeset import EdgeSet
-from graphattn.origins import origin_code
-from graphattn.producers._util import graph_of_local
+from graphattn.producers._util import explicit_edge_set, graph_of_local
 from graphattn.producers.base import EdgeProducer, ProducerContext, check_positive_int
 from graphattn.producers.registry import register_producer
 
@@ -75,10 +74,7 @@ class ExpanderEdges(EdgeProducer):
             edge_index = torch.cat(parts, 1)
         else:
             edge_index = torch.empty(2, 0, dtype=torch.long, device=ctx.device)
-        origin = torch.full((edge_index.size(1),), origin_code("expander"), dtype=torch.long,
-                            device=ctx.device)
-        return EdgeSet(edge_index, num_heads=ctx.num_heads, origin=origin,
-                       stats={"edges_per_node": edge_index.size(1) / max(ctx.num_nodes, 1)})
+        return explicit_edge_set(edge_index, ctx, "expander")
 
     def extra_repr(self) -> str:
         return f"degree={self.degree}"

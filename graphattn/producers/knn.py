@@ -6,7 +6,7 @@ import torch
 from torch_geometric.utils import to_dense_batch
 
 from graphattn.edgeset import EdgeSet
-from graphattn.origins import origin_code
+from graphattn.producers._util import explicit_edge_set
 from graphattn.producers.base import EdgeProducer, ProducerContext, check_positive_int
 from graphattn.producers.registry import register_producer
 
@@ -77,9 +77,7 @@ class KNNEdges(EdgeProducer):
             edge_index = torch.stack([src[order], dst[order]])
         else:
             edge_index = torch.empty(2, 0, dtype=torch.long, device=dev)
-        origin = torch.full((edge_index.size(1),), origin_code("knn"), dtype=torch.long, device=dev)
-        return EdgeSet(edge_index, num_heads=ctx.num_heads, origin=origin,
-                       stats={"edges_per_node": edge_index.size(1) / max(N, 1)})
+        return explicit_edge_set(edge_index, ctx, "knn")
 
     def extra_repr(self) -> str:
         return f"k={self.k}, loop={self.loop}, attr={self.attr!r}"

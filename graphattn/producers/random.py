@@ -6,8 +6,7 @@ import torch
 from torch import Tensor
 
 from graphattn.edgeset import EdgeSet
-from graphattn.origins import origin_code
-from graphattn.producers._util import graph_of_local, producer_generator
+from graphattn.producers._util import explicit_edge_set, graph_of_local, producer_generator
 from graphattn.producers.base import EdgeProducer, ProducerContext, check_positive_int
 from graphattn.producers.registry import register_producer
 
@@ -66,10 +65,7 @@ class RandomEdges(EdgeProducer):
         src = start[graph][:, None] + draw
         dst = torch.arange(ctx.num_nodes, device=ctx.device)[:, None].expand_as(src)
         edge_index = torch.stack([src[valid], dst[valid]])
-        origin = torch.full((edge_index.size(1),), origin_code("random"), dtype=torch.long,
-                            device=ctx.device)
-        return EdgeSet(edge_index, num_heads=ctx.num_heads, origin=origin,
-                       stats={"edges_per_node": edge_index.size(1) / max(ctx.num_nodes, 1)})
+        return explicit_edge_set(edge_index, ctx, "random")
 
     def extra_repr(self) -> str:
         return f"k={self.k}, exclude_self={self.exclude_self}"

@@ -5,8 +5,7 @@ from __future__ import annotations
 import torch
 
 from graphattn.edgeset import EdgeSet
-from graphattn.origins import origin_code
-from graphattn.producers._util import graph_of_local
+from graphattn.producers._util import explicit_edge_set, graph_of_local
 from graphattn.producers.base import EdgeProducer, ProducerContext, check_positive_int
 from graphattn.producers.registry import register_producer
 
@@ -41,10 +40,7 @@ class SlidingWindow(EdgeProducer):
         dst = torch.arange(ctx.num_nodes, device=ctx.device)[:, None].expand_as(src_local)
         src = start[graph][:, None] + src_local
         edge_index = torch.stack([src[valid], dst[valid]])
-        origin = torch.full((edge_index.size(1),), origin_code("window"), dtype=torch.long,
-                            device=ctx.device)
-        return EdgeSet(edge_index, num_heads=ctx.num_heads, origin=origin,
-                       stats={"edges_per_node": edge_index.size(1) / max(ctx.num_nodes, 1)})
+        return explicit_edge_set(edge_index, ctx, "window")
 
     def extra_repr(self) -> str:
         return f"window={self.window}, causal={self.causal}"
