@@ -23,6 +23,7 @@ _BUILTIN = (
     "operator",
     "support",
     "exploration",
+    "global",
 )
 
 _CODES: dict[str, int] = {name: i for i, name in enumerate(_BUILTIN)}

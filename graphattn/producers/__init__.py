@@ -1,12 +1,13 @@
 """Edge-set producers, registered by name in :data:`PRODUCERS`.
 
-Static producers: ``input`` (the data's edges), ``full``, ``window``, ``knn``, ``random``,
+Static producers: ``input`` (the data's edges), ``full``, ``window``, ``global``, ``knn``, ``random``,
 ``expander``, ``virtual`` and ``union``. The mechanism producers register themselves the same way.
 """
 
 from graphattn.producers.base import EdgeProducer, ProducerContext
 from graphattn.producers.expander import ExpanderEdges
 from graphattn.producers.full import FullAttention
+from graphattn.producers.global_tokens import GlobalTokens
 from graphattn.producers.input import InputEdges
 from graphattn.producers.knn import KNNEdges
 from graphattn.producers.random import RandomEdges
@@ -25,6 +26,7 @@ __all__ = [
     "EdgeProducer",
     "ExpanderEdges",
     "FullAttention",
+    "GlobalTokens",
     "InputEdges",
     "KNNEdges",
     "ProducerContext",

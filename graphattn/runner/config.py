@@ -86,7 +86,10 @@ TASK_DEFAULTS: dict[str, dict[str, Any]] = {
                  "weight_decay": 0.0, "epochs": 100, "head_layers": 2},
     "enzymes": {"conv": "gin", "producer": "full", "layers": 3, "dropout": 0.2, "lr": 1e-3,
                 "weight_decay": 0.0, "epochs": 100, "head_layers": 2},
-    "listops": {"conv": None, "producer": {"name": "window", "window": 4}, "layers": 4,
+    "listops": {"conv": None,  # BigBird-style: a local window plus the CLS token as a global token
+                "producer": {"name": "union", "producers": [{"name": "window", "window": 4},
+                                                            {"name": "global", "positions": [0]}]},
+                "layers": 4,
                 "hidden": 64, "heads": 4, "dropout": 0.1, "lr": 1e-3, "weight_decay": 0.01,
                 "optimizer": "adamw", "epochs": 10, "batch_size": 32, "scheduler": "cosine",
                 "warmup_epochs": 1,

@@ -54,6 +54,7 @@ ORIGIN_COLORS = {
     "operator": "#555555",
     "support": "#0077bb",
     "exploration": "#ccbb44",
+    "global": "#882255",
 }
 _EXTRA = ["#66ccee", "#aa4499", "#882255", "#44aa99", "#999933", "#332288", "#dd7788", "#117733"]
 

@@ -13,6 +13,7 @@ from graphattn.producers import (
     PRODUCERS,
     ExpanderEdges,
     FullAttention,
+    GlobalTokens,
     InputEdges,
     KNNEdges,
     RandomEdges,
@@ -100,6 +101,43 @@ def test_window(sizes, w, causal):
     assert off.abs().max() <= w if es.num_edges else True
     if causal and es.num_edges:
         assert (off >= 0).all()
+
+
+@settings(max_examples=25, deadline=None)
+@given(sizes=sizes_st, positions=st.lists(st.integers(0, 5), min_size=1, max_size=3),
+       to_all=st.booleans(), by_all=st.booleans())
+def test_global_tokens(sizes, positions, to_all, by_all):
+    if not (to_all or by_all):
+        with pytest.raises(ValueError, match="attend_to_all"):
+            GlobalTokens(positions, to_all, by_all)
+        return
+    batch = make_batch(sizes)
+    es = produce(GlobalTokens(positions, attend_to_all=to_all, attended_by_all=by_all), batch)
+    no_cross_graph(es, batch)
+    assert es.coalesce().num_edges == es.num_edges  # each edge once
+    local = torch.arange(batch.num_nodes) - batch.ptr[batch.batch]
+    n = counts_of(batch)
+    tokens = torch.tensor(sorted(set(positions)))
+    is_token = (local[:, None] == tokens).any(1)
+    tokens_in_graph = (tokens[None, :] < n[:, None]).sum(1)
+    # every node's in-edges: the tokens of its graph (if attended by all); a token: its whole graph
+    expected = tokens_in_graph if by_all else torch.zeros_like(n)
+    if to_all:
+        expected = torch.where(is_token, n, expected)
+    assert torch.equal(in_degree(es, batch.num_nodes), expected)
+    src, dst = es.edge_index
+    assert (is_token[src] | is_token[dst]).all()  # nothing but token edges
+    assert (es.origin == origin_code("global")).all()
+    consumable(GlobalTokens(positions, to_all, by_all), batch)
+
+
+def test_global_tokens_validate_positions():
+    with pytest.raises(ValueError, match="positions"):
+        GlobalTokens([])
+    with pytest.raises(ValueError, match="positions"):
+        GlobalTokens([0, -1])
+    assert GlobalTokens(2).positions == (2,)
+    assert "positions=[0]" in repr(build_producer({"name": "global"}))
 
 
 @settings(max_examples=25, deadline=None)
