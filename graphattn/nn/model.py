@@ -13,6 +13,7 @@ from torch_geometric.nn.resolver import activation_resolver
 from graphattn.edgeset import EdgeSet
 from graphattn.nn.blocks import DataView, EdgeEncoder, NodeEncoder, random_sign_flip
 from graphattn.nn.hybrid import HybridLayer
+from graphattn.nn.registry import register_model
 from graphattn.trace import AttentionTrace, trace
 
 POOLS = {"mean": global_mean_pool, "add": global_add_pool, "sum": global_add_pool,
@@ -34,6 +35,7 @@ def sinusoidal(pos: Tensor, dim: int) -> Tensor:
     return torch.cat([ang.sin(), ang.cos()], -1).reshape(pos.size(0), -1)
 
 
+@register_model("hybrid")
 class GraphTransformer(nn.Module):
     r"""A stack of :class:`HybridLayer` s between input encoders and a prediction head.
 

@@ -29,6 +29,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--task-kwargs", type=_json, help="task options as JSON, e.g. '{\"num_train\": 500}'")
     p.add_argument("--producer", type=_producer, help="producer name or JSON spec")
     p.add_argument("--producer-kwargs", type=_json, help="producer arguments as JSON")
+    p.add_argument("--model", help="registered model: hybrid (default) or a mechanism preset")
+    p.add_argument("--model-kwargs", type=_json, help="extra model arguments as JSON")
     p.add_argument("--conv", help="local MPNN: gcn, gin, gine, gat, sage, resgated or none")
     p.add_argument("--layers", type=int)
     p.add_argument("--hidden", type=int)

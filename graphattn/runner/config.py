@@ -16,7 +16,10 @@ DEFAULTS: dict[str, Any] = {
     "producer": "input",
     "producer_kwargs": {},
     "conv": "gcn",
-    # model
+    # model: a registered model name ("hybrid" = GraphTransformer; mechanism presets register
+    # their own) and its extra keyword arguments
+    "model": "hybrid",
+    "model_kwargs": {},
     "layers": 2,
     "hidden": 64,
     "heads": 4,

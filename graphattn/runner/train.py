@@ -19,7 +19,7 @@ from torch_geometric.loader import DataLoader
 from tqdm.auto import tqdm
 
 from graphattn.data.store import atomic_torch_save
-from graphattn.nn import GraphTransformer
+from graphattn.nn import GraphTransformer, get_model
 from graphattn.policy import ReinforceBaseline, per_graph_log_likelihood
 from graphattn.runner.config import producer_spec, resolve_config
 from graphattn.runner.metrics import METRICS
@@ -29,13 +29,16 @@ CHECKPOINT_VERSION = 1
 
 
 def build_model(cfg: dict[str, Any], task: Task) -> GraphTransformer:
-    """The GraphTransformer of an experiment (task defaults, then the config's choices)."""
+    """The model of an experiment: ``cfg["model"]`` from the model registry (default
+    ``"hybrid"``, a :class:`~graphattn.GraphTransformer`), built from the task defaults, then the
+    config's choices, then ``cfg["model_kwargs"]``."""
     md = dict(task.model_defaults)
     pe = cfg["pe"] if cfg["pe"] is not None else md.pop("pe", None)
     md.pop("pe", None)
     uses_edge_attr = md.get("edge_encoder") is not None
     conv = cfg["conv"]
-    return GraphTransformer(
+    cls = get_model(cfg["model"])
+    return cls(
         hidden_channels=cfg["hidden"],
         out_channels=task.out_channels,
         num_layers=cfg["layers"],
@@ -59,6 +62,7 @@ def build_model(cfg: dict[str, Any], task: Task) -> GraphTransformer:
         num_embeddings=md.get("num_embeddings"),
         edge_encoder=md.get("edge_encoder") if uses_edge_attr else None,
         pool=md.get("pool", "mean"),
+        **dict(cfg.get("model_kwargs") or {}),
     )
 
 
