@@ -14,9 +14,17 @@ from torch_geometric.utils import segment
 from graphattn import trace as _trace
 from graphattn.edgeset import MODES, EdgeSet, as_edge_set
 from graphattn.kernels import permutation_gather, sddmm, segment_softmax, shared_source_attention
+from graphattn.kernels.fused import (
+    backend_ops,
+    default_backend,
+    fused_explicit_attention,
+    unsupported_reason,
+)
 from graphattn.producers.base import EdgeProducer, ProducerContext
 
-KERNELS = ("auto", "reference")
+KERNELS = ("auto", "reference", "fused")
+# whether kernel="auto" runs explicit edge sets on the fused kernel (else on the reference path)
+FUSED_BY_DEFAULT = True
 
 
 class EdgeAttention(MessagePassing):
@@ -39,20 +47,27 @@ class EdgeAttention(MessagePassing):
     (``concat=True``, output ``[N, H·C]``) or averaged (``[N, C]``).
 
     Structured edge sets take their fast path: shared sources → dense SDPA over the gathered
-    sources; permutation → a gather; operator → its ``matvec``. ``kernel="reference"`` forces the
-    explicit segment-softmax path on ``to_explicit()`` edges (the oracle the fast paths are tested
-    against).
+    sources; permutation → a gather; operator → its ``matvec``; explicit edges → the fused kernel
+    (:mod:`graphattn.kernels.fused`: C++/OpenMP on CPU, Triton on CUDA; never an
+    :math:`E \times H \times C` tensor) where it applies, else the reference path.
+    ``kernel="reference"`` forces the explicit segment-softmax path on ``to_explicit()`` edges (the
+    oracle the fast paths are tested against).
 
     Args:
         in_channels (int): input size, ``-1`` for lazy initialisation.
         out_channels (int): size :math:`C` of each head.
         heads (int): number of heads :math:`H`.
         concat (bool): concatenate (``True``) or average the heads.
-        dropout (float): dropout on the attention coefficients :math:`\alpha` (training only).
+        dropout (float): dropout on the attention coefficients :math:`\alpha` (training only); in
+            ``"weighted"`` mode each message is dropped and the rest rescaled by :math:`1/(1-p)`.
+            Operator edge sets have no edges to drop: a :class:`ValueError` if ``dropout > 0``.
         edge_dim (int, optional): edge feature size; enables :math:`W_E`.
         bias (bool): biases in the projections.
         mode (str): ``"attention"`` or ``"weighted"``.
-        kernel (str): ``"auto"`` (fast path by structure) or ``"reference"``.
+        kernel (str): ``"auto"`` (fast path by structure; explicit edges on the fused kernel unless it
+            cannot run them: ``edge_attr``, complex weights, other dtypes, PyG explain/propagate hooks,
+            or no compiler), ``"fused"`` (explicit edges always on the fused kernel; a
+            :class:`ValueError` where it cannot run them) or ``"reference"``.
         validate (bool): validate every edge set against the nodes and the batch (cheap, O(E)).
         complex_output (str): for complex weights (operator edge sets): ``"real"`` keeps the real
             part, ``"complex"`` returns the complex result.
@@ -197,7 +212,7 @@ class EdgeAttention(MessagePassing):
                     scale=self.scale,
                 )
             elif structure == "permutation":
-                if es.mode == "attention" and self.training and self.dropout > 0:
+                if self.training and self.dropout > 0:
                     ones = v_all.new_ones(N, H)
                     alpha = F.dropout(ones, p=self.dropout, training=True)
                 out = permutation_gather(
@@ -209,7 +224,19 @@ class EdgeAttention(MessagePassing):
                 alpha = None
             else:
                 explicit = es.to_explicit()
-                out, alpha = self._explicit(q, k_all, v_all, explicit, N)
+                if self._use_fused(explicit, v_all):
+                    out, alpha = fused_explicit_attention(
+                        q,
+                        k_all,
+                        v_all,
+                        explicit,
+                        N,
+                        scale=self.scale,
+                        dropout=self.dropout if self.training else 0.0,
+                        need_alpha=need_alpha,
+                    )
+                else:
+                    out, alpha = self._explicit(q, k_all, v_all, explicit, N)
         if out.is_complex() and self.complex_output == "real":
             out = out.real
 
@@ -265,6 +292,11 @@ class EdgeAttention(MessagePassing):
             )
         if es.edge_attr is not None and self.lin_edge is None:
             raise ValueError("the edge set has 'edge_attr' but the layer was built without edge_dim")
+        if es.structure == "operator" and self.dropout > 0:
+            raise ValueError(
+                f"attention dropout (dropout={self.dropout}) cannot be applied to an operator edge "
+                f"set: it has no enumerated edges to drop; build the layer with dropout=0"
+            )
         if es.structure != "explicit" and es.edge_attr is not None:
             raise ValueError("'edge_attr' is only supported on explicit edge sets")
         if self.validate:
@@ -295,6 +327,35 @@ class EdgeAttention(MessagePassing):
             if k is not None:
                 k = torch.cat([k, self.lin_key(vx).view(-1, H, C)])
         return k, v
+
+    def _use_fused(self, es: EdgeSet, v: Tensor) -> bool:
+        """Whether the explicit edge set ``es`` runs on the fused kernel (see ``kernel``)."""
+        if self.kernel == "reference":
+            return False
+        backend = default_backend(v.device)
+        reason = unsupported_reason(es, v, backend)
+        if self.kernel == "fused":
+            if reason is not None:
+                raise ValueError(f"kernel='fused' cannot run this edge set: {reason}")
+        elif reason is not None or not FUSED_BY_DEFAULT or self._has_pyg_hooks():
+            return False
+        return backend_ops(backend) is not None  # None: not buildable (warned once)
+
+    def _has_pyg_hooks(self) -> bool:
+        """PyG explain mode or message-passing hooks need ``propagate`` (the reference path)."""
+        if getattr(self, "_explain", None):
+            return True
+        return any(
+            len(getattr(self, name, ()))
+            for name in (
+                "_propagate_forward_pre_hooks",
+                "_propagate_forward_hooks",
+                "_message_forward_pre_hooks",
+                "_message_forward_hooks",
+                "_aggregate_forward_pre_hooks",
+                "_aggregate_forward_hooks",
+            )
+        )
 
     def _explicit(
         self, q: Tensor | None, k: Tensor | None, v: Tensor, es: EdgeSet, N: int
@@ -371,6 +432,9 @@ class EdgeAttention(MessagePassing):
         else:
             coef = value_j.new_ones(value_j.shape[:2]) if edge_weight is None else edge_weight
             self._alpha = coef
+            if self.training and self.dropout > 0:  # drop whole messages, rescaled by 1 / (1 - p)
+                keep = F.dropout(value_j.new_ones(coef.shape, dtype=value_j.dtype), p=self.dropout)
+                coef = coef * keep
         if coef.is_complex():
             # complex weights on real values: carry (re, im) as a doubled channel axis
             return torch.cat([coef.real.unsqueeze(-1) * value_j, coef.imag.unsqueeze(-1) * value_j],

@@ -29,7 +29,7 @@ plain edges (for tests, the viewer and the generic kernel):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -455,6 +455,13 @@ class EdgeSet:
         return out
 
     # --------------------------------------------------------------- kernels
+    def cached(self, key: Any, build: Callable[[], Any]) -> Any:
+        """``build()`` once per edge set and ``key``: kernel graph layouts (e.g. the fused
+        kernel's CSR/CSC, :func:`graphattn.kernels.prepare_graph`). ``to()`` / ``detach()`` drop it."""
+        if key not in self._cache:
+            self._cache[key] = build()
+        return self._cache[key]
+
     def csr(self, num_nodes: int) -> tuple[Tensor, Tensor, Tensor]:
         """Destination-sorted layout, cached: ``(perm, ptr, rows)``.
 

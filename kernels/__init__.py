@@ -3,14 +3,31 @@
 * :mod:`.reference` — pure-torch SDDMM → segment softmax → SpMM on destination-sorted edges; the
   oracle every fast path is tested against.
 * :mod:`.dense` — fast paths for structured edge sets (shared sources via SDPA, permutation gather).
+* :mod:`.fused` — the fused kernel for explicit edge sets (cached CSR/CSC, autograd Function):
+  a C++/OpenMP extension on CPU (:mod:`.cpu_extension`, built on first use), Triton on CUDA
+  (:mod:`.triton_attention`).
 """
 
 from .dense import permutation_gather, shared_source_attention
+from .fused import (
+    FusedGraph,
+    attention_probs,
+    build_graph,
+    fused_attention,
+    fused_explicit_attention,
+    prepare_graph,
+)
 from .reference import edge_attention, sddmm, segment_softmax, spmm
 
 __all__ = [
+    "FusedGraph",
+    "attention_probs",
+    "build_graph",
     "edge_attention",
+    "fused_attention",
+    "fused_explicit_attention",
     "permutation_gather",
+    "prepare_graph",
     "sddmm",
     "segment_softmax",
     "shared_source_attention",

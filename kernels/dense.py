@@ -85,9 +85,15 @@ def shared_source_attention(
             qd, kd, vd, attn_mask=attn_mask, dropout_p=dropout, scale=scale
         )
     else:
-        # weighted: every target of graph b receives sum_slots w * v (identical rows)
-        pooled = (vd * mask.unsqueeze(-1).to(vd.dtype)).sum(2, keepdim=True)  # [B, H, 1, C]
-        out = pooled.expand(B, H, n_max, C)
+        keep = mask.expand(B, H, kk).to(vd.dtype)
+        if dropout > 0:
+            # each (target, slot) message is dropped independently: per-target coefficients
+            drop = F.dropout(vd.new_ones(B, H, n_max, kk), p=dropout)
+            out = torch.einsum("bhnk,bhkc->bhnc", drop * keep.unsqueeze(2), vd)
+        else:
+            # weighted: every target of graph b receives sum_slots w * v (identical rows)
+            pooled = (vd * keep.unsqueeze(-1)).sum(2, keepdim=True)  # [B, H, 1, C]
+            out = pooled.expand(B, H, n_max, C)
     out = out * any_valid.unsqueeze(-1).to(out.dtype)
     out = out.transpose(1, 2)  # [B, n_max, H, C]
     local = torch.arange(N, device=batch.device) - ptr[batch]
@@ -104,9 +110,8 @@ def permutation_gather(
     """``out[t, h] = alpha[t, h] * weight[t, h] * v[src[t, h], h]`` for ``src [N, Hs]``."""
     if src.size(1) == 1:
         out = v[src[:, 0]]
-    else:
-        heads = torch.arange(v.size(1), device=src.device).view(1, -1)
-        out = v[src, heads]
+    else:  # gather (backward: scatter-add) is several times faster than v[src, heads] on CPU
+        out = v.gather(0, src.unsqueeze(-1).expand(-1, -1, v.size(2)))
     coef = None
     if weight is not None:
         coef = weight

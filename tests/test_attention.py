@@ -298,3 +298,50 @@ def test_producer_inside_layer_sees_projections(batch):
     assert seen["q"].shape == (batch.num_nodes, 2, 3)
     assert_same(seen["v"], layer.lin_value(batch.x).view(-1, 2, 3))
     assert_same(out, layer(batch.x, batch.edge_index, batch.batch))
+
+
+def _weighted_cases(batch):
+    torch.manual_seed(9)
+    N, H = batch.num_nodes, 2
+    src = torch.empty(N, 1, dtype=torch.long)
+    for b in range(batch.num_graphs):
+        s, e = int(batch.ptr[b]), int(batch.ptr[b + 1])
+        src[s:e, 0] = s + torch.randperm(e - s)
+    shared = shared_source_case(batch, H, False, True, False)
+    return {
+        "explicit": EdgeSet(batch.edge_index, num_heads=H, mode="weighted"),
+        "permutation": PermutationEdgeSet(src, num_heads=H, mode="weighted"),
+        "shared_sources": SharedSourceEdgeSet(shared.sources, shared.ptr, num_heads=H,
+                                              source_mask=shared.source_mask, mode="weighted",
+                                              virtual_x=shared.virtual_x),
+    }
+
+
+@pytest.mark.parametrize("structure", ["explicit", "permutation", "shared_sources"])
+@pytest.mark.parametrize("kernel", ["auto", "reference"])
+def test_weighted_mode_dropout_is_applied_and_unbiased(batch, structure, kernel):
+    """Attention dropout is never silently ignored: in weighted mode it drops whole messages and
+    rescales the rest, so training outputs differ from evaluation but agree with it on average."""
+    es = _weighted_cases(batch)[structure]
+    layer = EdgeAttention(6, 3, heads=2, mode="weighted", dropout=0.5, kernel=kernel).double()
+    layer.eval()
+    expected = layer(batch.x, es, batch.batch)
+    layer.train()
+    torch.manual_seed(0)
+    draws = torch.stack([layer(batch.x, es, batch.batch) for _ in range(600)])
+    assert not torch.allclose(draws[0], expected)
+    # each output is a sum of a few messages kept with probability 1/2 and doubled: the mean of
+    # 600 draws lies within 6 standard errors of the evaluation output (false alarm < 1e-8)
+    se = draws.std(0) / 600**0.5
+    assert torch.all((draws.mean(0) - expected).abs() <= 6 * se + 1e-12)
+
+
+def test_operator_edge_set_refuses_attention_dropout(batch):
+    counts = (batch.ptr[1:] - batch.ptr[:-1]).tolist()
+    op = _MatrixOperator([torch.randn(n, n, dtype=torch.float64) for n in counts], batch.ptr,
+                         num_heads=2)
+    layer = EdgeAttention(6, 3, heads=2, mode="weighted", dropout=0.1).double()
+    with pytest.raises(ValueError, match="operator edge set"):
+        layer(batch.x, op, batch.batch)
+    assert EdgeAttention(6, 3, heads=2, mode="weighted").double()(batch.x, op, batch.batch).shape == (
+        batch.num_nodes, 6)

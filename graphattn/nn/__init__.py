@@ -1,6 +1,11 @@
-"""Models: the hybrid layer, the stacked graph transformer and their building blocks."""
+"""Models: the hybrid layer, the stacked graph transformer, mechanism presets, and the registry."""
 
 from graphattn.nn.hybrid import HybridLayer
 from graphattn.nn.model import GraphTransformer, positional_encoding
+from graphattn.nn.registry import MODELS, get_model, register_model
 
-__all__ = ["GraphTransformer", "HybridLayer", "positional_encoding"]
+# mechanism presets (they register themselves by name)
+from graphattn.nn import converter, samsa  # noqa: F401  isort: skip
+
+__all__ = ["MODELS", "GraphTransformer", "HybridLayer", "get_model", "positional_encoding",
+           "register_model"]

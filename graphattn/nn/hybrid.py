@@ -42,7 +42,9 @@ class HybridLayer(nn.Module):
             ``"gat"``, ``"sage"``, ``"resgated"``) or ``None``.
         producer: the global branch's producer (a name, ``{"name": ..., **kwargs}`` or an
             :class:`EdgeProducer`), or ``None`` for no global branch.
-        heads (int): attention heads; the head size is ``channels // heads``.
+        heads (int): attention heads; the head size is ``channels // heads``, unless the producer
+            fixes its head size (``producer.head_size``, e.g. 1 for Sliceformer's one permutation
+            per channel: ``channels`` heads of size 1).
         dropout (float): dropout on each branch's output and in the FFN.
         attn_dropout (float): dropout on the attention coefficients.
         act (str): FFN activation.
@@ -106,11 +108,18 @@ class HybridLayer(nn.Module):
             defaults = {"channels": in_c, "heads": heads, "num_heads": heads}
             defaults.update(producer_kwargs or {})
             self.producer: EdgeProducer | None = build_producer(producer, **defaults)
+            attn_heads = heads
+            head_size = getattr(self.producer, "head_size", None)
+            if head_size is not None and not output_layer:
+                if channels % head_size:
+                    raise ValueError(f"'channels' ({channels}) must be divisible by the producer's "
+                                     f"head_size ({head_size})")
+                attn_heads = channels // head_size
             # an output layer averages heads of the full width (GAT's output layer)
             self.attn: EdgeAttention | None = EdgeAttention(
                 in_c,
-                channels if output_layer else channels // heads,
-                heads=heads,
+                channels if output_layer else channels // attn_heads,
+                heads=attn_heads,
                 concat=not output_layer,
                 dropout=attn_dropout,
                 edge_dim=edge_dim,

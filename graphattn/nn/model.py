@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -14,6 +14,7 @@ from graphattn.edgeset import EdgeSet
 from graphattn.nn.blocks import DataView, EdgeEncoder, NodeEncoder, random_sign_flip
 from graphattn.nn.hybrid import HybridLayer
 from graphattn.nn.registry import register_model
+from graphattn.producers.registry import build_producer
 from graphattn.trace import AttentionTrace, trace
 
 POOLS = {"mean": global_mean_pool, "add": global_add_pool, "sum": global_add_pool,
@@ -50,7 +51,9 @@ class GraphTransformer(nn.Module):
         out_channels (int): outputs per node (node task) or per graph (graph task).
         num_layers (int): :math:`L`.
         producer: producer spec for every layer, or a list with one spec per layer (``None`` =
-            no global branch in that layer).
+            no global branch in that layer). A mapping spec with ``"shared": true`` (or an
+            :class:`~graphattn.producers.EdgeProducer` instance) is built once and used by every
+            layer.
         conv (str, optional): local MPNN in every layer (see :class:`HybridLayer`).
         heads (int): attention heads.
         dropout, attn_dropout (float): see :class:`HybridLayer`.
@@ -76,7 +79,8 @@ class GraphTransformer(nn.Module):
         input_dropout (float): dropout on the raw input features (on their embedding for integer
             features).
         attn_kwargs, producer_kwargs (dict, optional), residual, ffn (bool): forwarded to every
-            :class:`HybridLayer`.
+            :class:`HybridLayer`. Producers whose constructor takes ``layer`` / ``num_layers`` also
+            receive their 0-based layer index and :math:`L` by default.
     """
 
     def __init__(
@@ -131,6 +135,10 @@ class GraphTransformer(nn.Module):
                              if node_encoder is not None else None)
         self.edge_encoder = EdgeEncoder(edge_encoder, hidden_channels) if edge_encoder else None
         self.pe_encoder = Linear(-1, hidden_channels) if self.pe_attr else None
+        if isinstance(producer, Mapping) and producer.get("shared"):
+            # one instance serves every layer (parameters shared; e.g. SAC predicts one structure)
+            spec = {k: v for k, v in producer.items() if k != "shared"}
+            producer = build_producer(spec, heads=heads, num_heads=heads, **(producer_kwargs or {}))
         producers = (
             list(producer)
             if isinstance(producer, Sequence) and not isinstance(producer, (str, bytes))
@@ -154,7 +162,8 @@ class GraphTransformer(nn.Module):
                 ffn_ratio=ffn_ratio,
                 edge_dim=edge_dim,
                 attn_kwargs=attn_kwargs,
-                producer_kwargs=producer_kwargs,
+                # layer-dependent producers (Sliceformer's interleave) learn their depth here
+                producer_kwargs={"layer": i, "num_layers": n, **(producer_kwargs or {})},
                 residual=residual,
                 ffn=ffn,
                 in_channels=-1 if (i == 0 and node_encoder is None) else hidden_channels,

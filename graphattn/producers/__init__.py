@@ -21,6 +21,9 @@ from graphattn.producers.union import UnionProducer
 from graphattn.producers.virtual import VirtualNodes
 from graphattn.producers.window import SlidingWindow
 
+# the mechanism producers (one module each; they register themselves by name)
+from graphattn.producers import converter, sac, samsa, sbm, sliceformer  # noqa: F401  isort: skip
+
 __all__ = [
     "PRODUCERS",
     "EdgeProducer",

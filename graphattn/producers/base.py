@@ -160,10 +160,14 @@ class EdgeProducer(nn.Module):
         mode: the EdgeSet mode this producer emits (``"attention"`` or ``"weighted"``); the hybrid
             layer builds its attention accordingly (no query/key parameters for ``"weighted"``).
         name: the registry name (set by :func:`~graphattn.producers.register_producer`).
+        head_size: the head size the producer's edge sets need from the consuming attention, or
+            ``None`` (the model's ``heads``). E.g. ``1`` for one permutation per channel
+            (Sliceformer): the hybrid layer then builds ``channels`` heads of size 1.
     """
 
     mode: ClassVar[str] = "attention"
     name: ClassVar[str] = ""
+    head_size: int | None = None
 
     def __init__(self) -> None:
         super().__init__()

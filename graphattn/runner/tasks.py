@@ -137,8 +137,11 @@ def _tu(name: str, root: Any, split_seed: int = 0, **_: Any) -> Task:
 
 def _listops(name: str, root: Any, num_train: int = 2000, num_val: int = 200, num_test: int = 200,
              min_length: int = 500, max_length: int = 2000, window: int = 0, seed: int = 0,
-             **_: Any) -> Task:
-    graph = SequenceToGraph(window=window, cls_token=TOKEN_ID["<cls>"])
+             pad_to: int | None = None, **_: Any) -> Task:
+    # pad_to: keep <pad> tokens as real nodes up to that length (parity with padded LRA runs,
+    # where order-dependent producers such as Sliceformer see the padding)
+    graph = SequenceToGraph(window=window, cls_token=TOKEN_ID["<cls>"], pad_to=pad_to,
+                            pad_token=TOKEN_ID["<pad>"])
     common = {"min_length": min_length, "max_length": max_length, "seed": seed, "transform": graph}
     splits = {
         "train": ListOps(root, "train", num_samples=num_train, **common),

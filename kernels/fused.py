@@ -1,0 +1,419 @@
+r"""Fused sparse attention: cached graph preparation, the autograd Function, backend dispatch.
+
+For every target row :math:`i` (a target node, or ``target * H + head`` for per-head edge sets) and
+in-edge :math:`e = (j \to i)`:
+
+.. math::
+    s_e = \text{scale}\; q_i \cdot k_j + b_e, \qquad
+    p_e = \exp(s_e - \mathrm{lse}_i), \quad \mathrm{lse}_i = \log \sum_{e' \to i} \exp(s_{e'}), \qquad
+    o_i = \sum_{e \to i} p_e\, w_e\, v_j
+
+(``softmax=False``, the ``"weighted"`` mode: :math:`o_i = \sum_e w_e v_j`). Rows without edges give
+:math:`o_i = 0`. Nothing of size :math:`E \times H \times D` is ever materialised: the forward
+writes ``o`` and the log-sum-exp ``lse`` (per row and head), the backward is a destination pass over
+the CSR (:math:`dq`, :math:`db`, :math:`dw`) and a source pass over the CSC (:math:`dk`, :math:`dv`)
+that recomputes :math:`p` instead of reading an ``[E, H]`` handoff; neither uses atomics, so results
+are bit-identical across runs.
+
+Backends: the C++/OpenMP extension (:mod:`.cpu_extension`) for CPU tensors, Triton
+(:mod:`.triton_attention`) for CUDA tensors. Both expose the same operators (``forward``,
+``backward_dst``, ``backward_src``, ``probs``).
+
+Graph preparation (:func:`prepare_graph`) is cached on the :class:`~graphattn.EdgeSet`: a stable
+counting sort by row gives ``rowptr``, ``col`` (source, or ``source * H + head``) and ``eid`` (the
+edge's position in the edge set, used to read ``bias`` / ``weight`` and to write their gradients in
+the caller's order), all int32; the CSC (``colptr``, per entry the target row and ``eid``) is built
+on the first backward. Work is split into contiguous row ranges of equal edges + rows per thread.
+"""
+
+from __future__ import annotations
+
+import warnings
+import weakref
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor
+from torch.autograd.function import once_differentiable
+
+from .cpu_extension import cpu_ops
+
+BACKENDS = ("cpu", "triton")
+_warned_triton: list[bool] = []
+_INT32_MAX = 2**31 - 1
+
+
+# ----------------------------------------------------------------------------- graph layout
+@dataclass
+class FusedGraph:
+    """Destination-sorted CSR (and lazily its CSC) of an edge set, int32 indices.
+
+    Attributes:
+        rowptr: ``[R + 1]`` row pointer over target rows.
+        col: ``[E]`` source row of each edge (CSR order).
+        eid: ``[E]`` position of each edge in the edge set.
+        num_rows: ``R`` (targets, times ``H`` for per-head edge sets).
+        num_sources: source rows (sources, times ``H`` for per-head edge sets).
+        per_head: whether rows are ``target * H + head`` (the kernel then sees one head).
+    """
+
+    rowptr: Tensor
+    col: Tensor
+    eid: Tensor
+    num_rows: int
+    num_sources: int
+    per_head: bool
+    _csc: tuple[Tensor, Tensor, Tensor] | None = field(default=None, repr=False)
+
+    @property
+    def num_edges(self) -> int:
+        return int(self.col.numel())
+
+    def csc(self) -> tuple[Tensor, Tensor, Tensor]:
+        """``(colptr [S + 1], row [E], eid [E])`` sorted by source, then row (built once)."""
+        if self._csc is None:
+            ops = cpu_ops(warn=False) if self.col.device.type == "cpu" else None
+            if ops is not None:
+                self._csc = tuple(ops.build_csc(self.rowptr, self.col, self.eid, self.num_sources))
+            else:
+                self._csc = _build_csc_torch(self.rowptr, self.col, self.eid, self.num_sources)
+        return self._csc
+
+
+def _ptr(counts: Tensor) -> Tensor:
+    return torch.cat([counts.new_zeros(1), counts.cumsum(0)]).to(torch.int32)
+
+
+def _build_csr_torch(
+    src: Tensor, dst: Tensor, head: Tensor | None, H: int, N: int, S: int
+) -> tuple[Tensor, Tensor, Tensor]:
+    Hm = H if head is not None else 1
+    if src.numel():
+        if int(dst.min()) < 0 or int(dst.max()) >= N:
+            raise ValueError(f"edge targets must lie in [0, {N})")
+        if int(src.min()) < 0 or int(src.max()) >= S:
+            raise ValueError(f"edge sources must lie in [0, {S})")
+        if head is not None and (int(head.min()) < 0 or int(head.max()) >= H):
+            raise ValueError(f"edge heads must lie in [0, {H})")
+    rows = dst * Hm + head if head is not None else dst
+    cols = src * Hm + head if head is not None else src
+    perm = torch.argsort(rows, stable=True)
+    rowptr = _ptr(torch.bincount(rows, minlength=N * Hm))
+    return rowptr, cols[perm].to(torch.int32), perm.to(torch.int32)
+
+
+def _build_csc_torch(rowptr: Tensor, col: Tensor, eid: Tensor, S: int) -> tuple[Tensor, Tensor, Tensor]:
+    R = rowptr.numel() - 1
+    rows = torch.repeat_interleave(
+        torch.arange(R, device=col.device, dtype=torch.int32), (rowptr[1:] - rowptr[:-1]).long()
+    )
+    perm = torch.argsort(col, stable=True)
+    colptr = _ptr(torch.bincount(col.long(), minlength=S))
+    return colptr, rows[perm].contiguous(), eid[perm].contiguous()
+
+
+def build_graph(
+    edge_index: Tensor,
+    num_targets: int,
+    num_sources: int,
+    *,
+    head: Tensor | None = None,
+    num_heads: int = 1,
+) -> FusedGraph:
+    """Builds the CSR layout of explicit edges (``edge_index [2, E]``: row 0 source, row 1 target).
+
+    With ``head`` (per-head edges) rows are ``target * num_heads + head`` and columns
+    ``source * num_heads + head``. Raises :class:`ValueError` on out-of-range indices or graphs
+    beyond int32.
+    """
+    src, dst = edge_index[0].contiguous(), edge_index[1].contiguous()
+    Hm = num_heads if head is not None else 1
+    E = src.numel()
+    if max(E, num_targets * Hm + 1, num_sources * Hm + 1) > _INT32_MAX:
+        raise ValueError("the graph is too large for the fused kernel's int32 indices")
+    head = None if head is None else head.contiguous()
+    ops = cpu_ops(warn=False) if src.device.type == "cpu" else None
+    if ops is not None:
+        try:
+            rowptr, col, eid = ops.build_csr(src, dst, head, num_heads, num_targets, num_sources)
+        except RuntimeError as exc:
+            raise ValueError(str(exc).splitlines()[0]) from None
+    else:
+        rowptr, col, eid = _build_csr_torch(src, dst, head, num_heads, num_targets, num_sources)
+    return FusedGraph(rowptr, col, eid, num_targets * Hm, num_sources * Hm, head is not None)
+
+
+# Layouts of recently seen edge_index tensors, so that a new EdgeSet around the same (unmodified)
+# tensor (``layer(x, edge_index)`` every step, an input-graph producer) reuses its layout. Entries
+# hold a weak reference and the tensor's version counter; they go when the tensor is freed.
+_TENSOR_CACHE: OrderedDict[tuple, tuple[Any, Any, FusedGraph]] = OrderedDict()
+_TENSOR_CACHE_SIZE = 8
+
+
+def _identity(t: Tensor | None) -> tuple | None:
+    if t is None:
+        return None
+    return (id(t), t._version, t.data_ptr(), tuple(t.shape), str(t.device))
+
+
+def _cached_by_tensor(es: Any, num_targets: int, num_sources: int) -> FusedGraph:
+    ei, head = es.edge_index, es.head
+    key = (_identity(ei), _identity(head), num_targets, num_sources, es.num_heads)
+    hit = _TENSOR_CACHE.get(key)
+    if hit is not None and hit[0]() is ei and (head is None or hit[1]() is head):
+        _TENSOR_CACHE.move_to_end(key)
+        return hit[2]
+    graph = build_graph(ei, num_targets, num_sources, head=head, num_heads=es.num_heads)
+    try:
+        refs = (weakref.ref(ei), None if head is None else weakref.ref(head))
+    except TypeError:  # not weak-referenceable: no cross-EdgeSet caching
+        return graph
+    _TENSOR_CACHE[key] = (refs[0], refs[1] or (lambda: None), graph)
+    weakref.finalize(ei, _TENSOR_CACHE.pop, key, None)
+    while len(_TENSOR_CACHE) > _TENSOR_CACHE_SIZE:
+        _TENSOR_CACHE.popitem(last=False)
+    return graph
+
+
+def prepare_graph(es: Any, num_targets: int, num_sources: int) -> FusedGraph:
+    """The :class:`FusedGraph` of an explicit :class:`~graphattn.EdgeSet`, cached on it (and, for
+    a few recent ``edge_index`` tensors, across edge sets built around the same unmodified tensor)."""
+    key = ("fused_graph", num_targets, num_sources, str(es.device))
+    return es.cached(key, lambda: _cached_by_tensor(es, num_targets, num_sources))
+
+
+# -------------------------------------------------------------------------------- backends
+def _triton_ops() -> Any:
+    from . import triton_attention
+
+    return triton_attention
+
+
+def backend_ops(backend: str) -> Any:
+    """The operator set of ``backend`` (``"cpu"`` or ``"triton"``), or ``None`` if unavailable."""
+    if backend == "cpu":
+        return cpu_ops()
+    if backend == "triton":
+        try:
+            return _triton_ops()
+        except ImportError as exc:
+            if not _warned_triton:
+                _warned_triton.append(True)
+                warnings.warn(
+                    f"graphattn: the Triton kernel is unavailable ({exc}); EdgeAttention uses the "
+                    "torch reference path on CUDA (pip install 'graphattn[triton]')",
+                    RuntimeWarning,
+                    stacklevel=3,
+                )
+            return None
+    raise ValueError(f"'backend' must be one of {BACKENDS}, got {backend!r}")
+
+
+def default_backend(device: torch.device) -> str | None:
+    """``"cpu"`` for CPU tensors, ``"triton"`` for CUDA tensors (``None``: no fused kernel)."""
+    if device.type == "cpu":
+        return "cpu"
+    if device.type == "cuda":
+        return "triton"
+    return None
+
+
+def fused_dtypes(backend: str) -> tuple[torch.dtype, ...]:
+    if backend == "cpu":
+        return (torch.float32, torch.float64)
+    return (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+# ---------------------------------------------------------------------------- autograd
+class FusedEdgeAttentionFunction(torch.autograd.Function):
+    """``(out, lse) = fused attention(q, k, v, bias, weight)`` on a :class:`FusedGraph`.
+
+    ``lse`` (log-sum-exp per row and head, ``-inf`` for empty rows) is not differentiable.
+    """
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: Any,
+        q: Tensor | None,
+        k: Tensor | None,
+        v: Tensor,
+        bias: Tensor | None,
+        weight: Tensor | None,
+        graph: FusedGraph,
+        scale: float,
+        softmax: bool,
+        ops: Any,
+    ) -> Tensor:
+        qq = q if softmax else v
+        kk = k if softmax else v
+        out, lse = ops.forward(qq, kk, v, graph.rowptr, graph.col, graph.eid, bias, weight,
+                               scale, softmax)
+        ctx.save_for_backward(qq, kk, v, bias, weight, out, lse)
+        ctx.graph, ctx.scale, ctx.softmax, ctx.ops = graph, scale, softmax, ops
+        ctx.mark_non_differentiable(lse)
+        return out, lse
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, dout: Tensor, _dlse: Tensor | None) -> tuple[Tensor | None, ...]:
+        q, k, v, bias, weight, out, lse = ctx.saved_tensors
+        graph, ops, softmax, scale = ctx.graph, ctx.ops, ctx.softmax, ctx.scale
+        need_q, need_k, need_v, need_b, need_w = ctx.needs_input_grad[:5]
+        dout = dout.contiguous()
+        dq = dbias = dweight = dk = dv = None
+        dterm = None
+        if (softmax and need_q) or need_b or need_w or (softmax and need_k):
+            dq, dbias, dweight, dterm = ops.backward_dst(
+                q, k, v, out, dout, lse, graph.rowptr, graph.col, graph.eid, bias, weight, scale,
+                softmax, bool(need_q), bool(need_b), bool(need_w),
+            )
+        if (softmax and need_k) or need_v:
+            if dterm is None:
+                dterm = (dout * out).sum(-1) if softmax else lse
+            colptr, crow, cuid = graph.csc()
+            dk, dv = ops.backward_src(
+                q, k, v, dout, lse, dterm, colptr, crow, cuid, bias, weight, scale, softmax,
+                bool(need_k), bool(need_v),
+            )
+        return (dq if softmax else None, dk if softmax else None, dv, dbias, dweight,
+                None, None, None, None)
+
+
+def fused_attention(
+    q: Tensor | None,
+    k: Tensor | None,
+    v: Tensor,
+    graph: FusedGraph,
+    *,
+    bias: Tensor | None = None,
+    weight: Tensor | None = None,
+    scale: float | None = None,
+    softmax: bool = True,
+    backend: str | None = None,
+    return_lse: bool = False,
+) -> Tensor | tuple[Tensor, Tensor]:
+    """Fused attention of the rows of ``graph`` (differentiable in ``q, k, v, bias, weight``).
+
+    Args:
+        q: ``[R, H, D]`` queries of the target rows (``None`` if ``softmax=False``).
+        k, v: ``[S, H, D]`` keys and values of the source rows.
+        graph: from :func:`build_graph` / :func:`prepare_graph` (per-head graphs: ``H = 1`` rows).
+        bias, weight: ``[E]`` (shared by the heads) or ``[E, H]`` in edge-set order.
+        scale: logit scale (default ``D ** -0.5``).
+        softmax: ``False`` for the weighted mode (:math:`o_i = \\sum_e w_e v_j`).
+        backend: ``"cpu"`` / ``"triton"`` (default: by device).
+
+    Returns ``out [R, H, D]`` (and ``lse [R, H]`` with ``return_lse``).
+    """
+    backend = backend or default_backend(v.device)
+    ops = backend_ops(backend) if backend is not None else None
+    if ops is None:
+        raise RuntimeError(f"no fused kernel is available for {v.device} tensors")
+    scale = v.size(-1) ** -0.5 if scale is None else float(scale)
+    v = v.contiguous()
+    q = None if q is None else q.contiguous()
+    k = None if k is None else k.contiguous()
+    bias = None if bias is None else bias.to(v.dtype).contiguous()
+    weight = None if weight is None else weight.to(v.dtype).contiguous()
+    out, lse = FusedEdgeAttentionFunction.apply(q, k, v, bias, weight, graph, scale, softmax, ops)
+    return (out, lse) if return_lse else out
+
+
+def attention_probs(
+    q: Tensor,
+    k: Tensor,
+    lse: Tensor,
+    graph: FusedGraph,
+    *,
+    bias: Tensor | None = None,
+    scale: float | None = None,
+    backend: str | None = None,
+) -> Tensor:
+    """Softmax coefficients ``p [E, H]`` (edge-set order) of every edge given the forward's
+    ``lse``, without gradient."""
+    backend = backend or default_backend(q.device)
+    ops = backend_ops(backend) if backend is not None else None
+    if ops is None:
+        raise RuntimeError(f"no fused kernel is available for {q.device} tensors")
+    scale = q.size(-1) ** -0.5 if scale is None else float(scale)
+    with torch.no_grad():
+        q, k = q.detach().contiguous(), k.detach().contiguous()
+        b = None if bias is None else bias.detach().to(q.dtype).contiguous()
+        return ops.probs(q, k, lse.contiguous(), graph.rowptr, graph.col, graph.eid, b, scale)
+
+
+# ------------------------------------------------------------------ the layer's explicit path
+def unsupported_reason(es: Any, v: Tensor, backend: str | None) -> str | None:
+    """Why the fused kernel cannot run this explicit edge set (``None``: it can)."""
+    if backend is None:
+        return f"no fused kernel for {v.device.type} tensors"
+    if es.edge_attr is not None:
+        return "edge features (edge_attr) are added to keys and values per edge"
+    if es.weight is not None and es.weight.is_complex():
+        return "complex weights"
+    if v.dtype not in fused_dtypes(backend):
+        return f"dtype {v.dtype}"
+    return None
+
+
+def dropout_mask(num_edges: int, heads: int, p: float, like: Tensor) -> Tensor:
+    """Attention dropout as a post-softmax weight: ``Bernoulli(1 - p) / (1 - p)`` per (edge, head).
+
+    Folding the mask into the weight gives exactly ``dropout(alpha) * w``; it uses the global RNG
+    like :func:`torch.nn.functional.dropout`.
+    """
+    return torch.empty(num_edges, heads, dtype=like.dtype, device=like.device).bernoulli_(1 - p) / (
+        1 - p
+    )
+
+
+def fused_explicit_attention(
+    q: Tensor | None,
+    k: Tensor | None,
+    v: Tensor,
+    es: Any,
+    num_targets: int,
+    *,
+    scale: float,
+    dropout: float = 0.0,
+    need_alpha: bool = False,
+    backend: str | None = None,
+) -> tuple[Tensor, Tensor | None]:
+    """:class:`~graphattn.EdgeAttention`'s explicit path on the fused kernel.
+
+    ``q [N, H, C]`` (``None`` in weighted mode), ``k, v [S, H, C]`` (real then virtual sources),
+    ``es`` an explicit edge set. ``dropout`` > 0 draws a mask (see :func:`dropout_mask`). Returns
+    ``(out [N, H, C], alpha)`` where ``alpha`` (if ``need_alpha``) is the coefficient of ``v_j``
+    before dropout in edge-set order: ``[E, H]``, or ``[E, 1]`` for per-head edges.
+    """
+    backend = backend or default_backend(v.device)
+    N, S = num_targets, v.size(0)
+    H, C = v.size(1), v.size(2)
+    softmax = es.mode == "attention" and q is not None
+    graph = prepare_graph(es, N, S)
+    if graph.per_head:
+        q = None if q is None else q.reshape(N * H, 1, C)
+        k = None if k is None else k.reshape(S * H, 1, C)
+        v = v.reshape(S * H, 1, C)
+    Hk = v.size(1)
+    bias = es.bias if softmax else None
+    weight = es.weight
+    w_eff = weight
+    if dropout > 0:  # attention: dropout(alpha) * w; weighted: dropped, rescaled messages
+        mask = dropout_mask(graph.num_edges, Hk, dropout, v)
+        w_eff = mask if weight is None else (weight if weight.dim() == 2 else weight[:, None]) * mask
+    out, lse = fused_attention(q, k, v, graph, bias=bias, weight=w_eff, scale=scale,
+                               softmax=softmax, backend=backend, return_lse=True)
+    alpha = None
+    if need_alpha:
+        if softmax:
+            assert q is not None and k is not None
+            alpha = attention_probs(q, k, lse, graph, bias=bias, scale=scale, backend=backend)
+        else:
+            alpha = v.new_ones(graph.num_edges, Hk)
+        if weight is not None:
+            w = weight.detach().to(alpha.dtype)
+            alpha = alpha * (w if w.dim() == 2 else w[:, None])
+    return out.view(N, H, C), alpha

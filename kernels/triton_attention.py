@@ -1,0 +1,335 @@
+r"""Triton kernels of the fused sparse attention (CUDA; the CPU only through ``TRITON_INTERPRET=1``).
+
+Same operators and math as the C++ extension (see :mod:`.fused`): one program per (target row,
+head) for the forward and the destination pass of the backward, one per (source row, head) for the
+source pass. Each program loops over its edges in chunks of ``BLOCK_E``, gathering ``BLOCK_E`` key
+(value) rows of ``D`` channels at once, and keeps the online-softmax state ``m`` (running maximum),
+``l`` (running sum) and ``acc`` (running weighted sum of values) in registers, rescaling once per
+chunk. Exponentials are base 2 with :math:`\log_2 e` folded into the scale. Storage may be fp16,
+bf16, fp32 or fp64; arithmetic is fp32 (fp64 for fp64 inputs), and ``lse`` is kept in fp32 (fp64).
+
+* ``_forward_kernel``: ``out``, ``lse`` (``-inf`` for rows without edges, whose output is 0).
+* ``_backward_dst_kernel``: ``Dterm = dO·o``, ``dq``, and ``ds`` / ``p·g`` per (edge, head) into
+  ``[E, H]`` buffers when ``bias`` / ``weight`` need gradients (reduced over heads by torch for
+  ``[E]`` fields).
+* ``_backward_src_kernel``: ``dk``, ``dv`` over the CSC, recomputing ``p`` and ``ds`` from the
+  gathered ``q_i``, ``dO_i``, ``lse_i``, ``Dterm_i``.
+
+No atomics anywhere, so results are deterministic. Heavy rows are not split across programs (a
+row of degree d costs d / BLOCK_E sequential steps in one program).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+from torch import Tensor
+
+LOG2E = 1.4426950408889634
+LN2 = math.log(2.0)
+
+
+@triton.jit
+def _forward_kernel(
+    Q, K, V, ROWPTR, COL, EID, BIAS, WEIGHT, OUT, LSE,
+    H, D, qk_scale, bias_se, bias_sh, w_se, w_sh,
+    HAS_BIAS: tl.constexpr, HAS_WEIGHT: tl.constexpr, SOFTMAX: tl.constexpr,
+    ACC: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_D: tl.constexpr,
+):
+    row = tl.program_id(0).to(tl.int64)
+    h = tl.program_id(1).to(tl.int64)
+    start = tl.load(ROWPTR + row)
+    end = tl.load(ROWPTR + row + 1)
+    offs_d = tl.arange(0, BLOCK_D)
+    dmask = offs_d < D
+    HD = H * D
+    q = tl.load(Q + row * HD + h * D + offs_d, mask=dmask, other=0.0).to(ACC)
+    m = tl.full([1], float("-inf"), ACC)
+    l = tl.zeros([1], ACC)
+    acc = tl.zeros([BLOCK_D], ACC)
+    for e0 in range(start, end, BLOCK_E):
+        offs_e = e0 + tl.arange(0, BLOCK_E)
+        emask = offs_e < end
+        j = tl.load(COL + offs_e, mask=emask, other=0).to(tl.int64)
+        uid = tl.load(EID + offs_e, mask=emask, other=0).to(tl.int64)
+        tile = j[:, None] * HD + h * D + offs_d[None, :]
+        tmask = emask[:, None] & dmask[None, :]
+        if SOFTMAX:
+            kt = tl.load(K + tile, mask=tmask, other=0.0).to(ACC)
+            s = tl.sum(kt * q[None, :], axis=1) * qk_scale  # log2 units
+            if HAS_BIAS:
+                b = tl.load(BIAS + uid * bias_se + h * bias_sh, mask=emask, other=0.0).to(ACC)
+                s = s + b * 1.4426950408889634
+            s = tl.where(emask, s, float("-inf"))
+            m_new = tl.maximum(m, tl.max(s, axis=0))
+            rescale = tl.exp2(m - m_new)
+            p = tl.exp2(s - m_new)
+            l = l * rescale + tl.sum(p, axis=0)
+            acc = acc * rescale
+            m = m_new
+            c = p
+        else:
+            c = tl.where(emask, 1.0, 0.0).to(ACC)
+        if HAS_WEIGHT:
+            c = c * tl.load(WEIGHT + uid * w_se + h * w_sh, mask=emask, other=0.0).to(ACC)
+        vt = tl.load(V + tile, mask=tmask, other=0.0).to(ACC)
+        acc += tl.sum(c[:, None] * vt, axis=0)
+    if SOFTMAX:
+        nonempty = l > 0
+        l_safe = tl.where(nonempty, l, 1.0)
+        acc = acc / l_safe
+        lse = tl.where(nonempty, (m + tl.log2(l_safe)) * 0.6931471805599453, float("-inf"))
+    else:
+        lse = tl.zeros([1], ACC)
+    tl.store(OUT + row * HD + h * D + offs_d, acc.to(OUT.dtype.element_ty), mask=dmask)
+    tl.store(LSE + row * H + h + tl.arange(0, 1), lse)
+
+
+@triton.jit
+def _backward_dst_kernel(
+    Q, K, V, OUT, DOUT, LSE, ROWPTR, COL, EID, BIAS, WEIGHT, DQ, DS_BUF, PG_BUF, DTERM,
+    H, D, qk_scale, scale, bias_se, bias_sh, w_se, w_sh,
+    HAS_BIAS: tl.constexpr, HAS_WEIGHT: tl.constexpr, SOFTMAX: tl.constexpr,
+    NEED_DQ: tl.constexpr, NEED_DS: tl.constexpr, NEED_PG: tl.constexpr,
+    ACC: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_D: tl.constexpr,
+):
+    row = tl.program_id(0).to(tl.int64)
+    h = tl.program_id(1).to(tl.int64)
+    start = tl.load(ROWPTR + row)
+    end = tl.load(ROWPTR + row + 1)
+    offs_d = tl.arange(0, BLOCK_D)
+    dmask = offs_d < D
+    HD = H * D
+    base = row * HD + h * D + offs_d
+    do = tl.load(DOUT + base, mask=dmask, other=0.0).to(ACC)
+    if SOFTMAX:
+        o = tl.load(OUT + base, mask=dmask, other=0.0).to(ACC)
+        q = tl.load(Q + base, mask=dmask, other=0.0).to(ACC)
+        dterm = tl.sum(do * o, axis=0)
+        lse2 = tl.load(LSE + row * H + h).to(ACC) * 1.4426950408889634
+        tl.store(DTERM + row * H + h + tl.arange(0, 1), tl.zeros([1], ACC) + dterm)
+    dq = tl.zeros([BLOCK_D], ACC)
+    for e0 in range(start, end, BLOCK_E):
+        offs_e = e0 + tl.arange(0, BLOCK_E)
+        emask = offs_e < end
+        j = tl.load(COL + offs_e, mask=emask, other=0).to(tl.int64)
+        uid = tl.load(EID + offs_e, mask=emask, other=0).to(tl.int64)
+        tile = j[:, None] * HD + h * D + offs_d[None, :]
+        tmask = emask[:, None] & dmask[None, :]
+        vt = tl.load(V + tile, mask=tmask, other=0.0).to(ACC)
+        g = tl.sum(vt * do[None, :], axis=1)
+        if SOFTMAX:
+            kt = tl.load(K + tile, mask=tmask, other=0.0).to(ACC)
+            s = tl.sum(kt * q[None, :], axis=1) * qk_scale
+            if HAS_BIAS:
+                b = tl.load(BIAS + uid * bias_se + h * bias_sh, mask=emask, other=0.0).to(ACC)
+                s = s + b * 1.4426950408889634
+            p = tl.where(emask, tl.exp2(s - lse2), 0.0)
+            if HAS_WEIGHT:
+                w = tl.load(WEIGHT + uid * w_se + h * w_sh, mask=emask, other=0.0).to(ACC)
+                ds = p * (w * g - dterm)
+            else:
+                ds = p * (g - dterm)
+            if NEED_DQ:
+                dq += tl.sum(ds[:, None] * kt, axis=0) * scale
+            if NEED_DS:
+                tl.store(DS_BUF + uid * H + h, ds, mask=emask)
+            if NEED_PG:
+                tl.store(PG_BUF + uid * H + h, p * g, mask=emask)
+        else:
+            if NEED_PG:
+                tl.store(PG_BUF + uid * H + h, g, mask=emask)
+    if NEED_DQ:
+        tl.store(DQ + base, dq.to(DQ.dtype.element_ty), mask=dmask)
+
+
+@triton.jit
+def _backward_src_kernel(
+    Q, K, V, DOUT, LSE, DTERM, COLPTR, CROW, CUID, BIAS, WEIGHT, DK, DV,
+    H, D, qk_scale, scale, bias_se, bias_sh, w_se, w_sh,
+    HAS_BIAS: tl.constexpr, HAS_WEIGHT: tl.constexpr, SOFTMAX: tl.constexpr,
+    NEED_DK: tl.constexpr, NEED_DV: tl.constexpr,
+    ACC: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_D: tl.constexpr,
+):
+    src = tl.program_id(0).to(tl.int64)
+    h = tl.program_id(1).to(tl.int64)
+    start = tl.load(COLPTR + src)
+    end = tl.load(COLPTR + src + 1)
+    offs_d = tl.arange(0, BLOCK_D)
+    dmask = offs_d < D
+    HD = H * D
+    base = src * HD + h * D + offs_d
+    v = tl.load(V + base, mask=dmask, other=0.0).to(ACC)
+    if SOFTMAX:
+        k = tl.load(K + base, mask=dmask, other=0.0).to(ACC)
+    dk = tl.zeros([BLOCK_D], ACC)
+    dv = tl.zeros([BLOCK_D], ACC)
+    for c0 in range(start, end, BLOCK_E):
+        offs_c = c0 + tl.arange(0, BLOCK_E)
+        cmask = offs_c < end
+        i = tl.load(CROW + offs_c, mask=cmask, other=0).to(tl.int64)
+        uid = tl.load(CUID + offs_c, mask=cmask, other=0).to(tl.int64)
+        tile = i[:, None] * HD + h * D + offs_d[None, :]
+        tmask = cmask[:, None] & dmask[None, :]
+        dot = tl.load(DOUT + tile, mask=tmask, other=0.0).to(ACC)
+        if HAS_WEIGHT:
+            w = tl.load(WEIGHT + uid * w_se + h * w_sh, mask=cmask, other=0.0).to(ACC)
+        else:
+            w = tl.where(cmask, 1.0, 0.0).to(ACC)
+        if SOFTMAX:
+            qt = tl.load(Q + tile, mask=tmask, other=0.0).to(ACC)
+            s = tl.sum(qt * k[None, :], axis=1) * qk_scale
+            if HAS_BIAS:
+                b = tl.load(BIAS + uid * bias_se + h * bias_sh, mask=cmask, other=0.0).to(ACC)
+                s = s + b * 1.4426950408889634
+            lse2 = tl.load(LSE + i * H + h, mask=cmask, other=0.0).to(ACC) * 1.4426950408889634
+            p = tl.where(cmask, tl.exp2(s - lse2), 0.0)
+            if NEED_DK:
+                g = tl.sum(dot * v[None, :], axis=1)
+                dterm = tl.load(DTERM + i * H + h, mask=cmask, other=0.0).to(ACC)
+                ds = p * (w * g - dterm)
+                dk += tl.sum(ds[:, None] * qt, axis=0) * scale
+            dv += tl.sum((p * w)[:, None] * dot, axis=0)
+        else:
+            dv += tl.sum(w[:, None] * dot, axis=0)
+    if NEED_DK:
+        tl.store(DK + base, dk.to(DK.dtype.element_ty), mask=dmask)
+    if NEED_DV:
+        tl.store(DV + base, dv.to(DV.dtype.element_ty), mask=dmask)
+
+
+@triton.jit
+def _probs_kernel(
+    Q, K, LSE, ROWPTR, COL, EID, BIAS, P,
+    H, D, qk_scale, bias_se, bias_sh,
+    HAS_BIAS: tl.constexpr, ACC: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_D: tl.constexpr,
+):
+    row = tl.program_id(0).to(tl.int64)
+    h = tl.program_id(1).to(tl.int64)
+    start = tl.load(ROWPTR + row)
+    end = tl.load(ROWPTR + row + 1)
+    offs_d = tl.arange(0, BLOCK_D)
+    dmask = offs_d < D
+    HD = H * D
+    q = tl.load(Q + row * HD + h * D + offs_d, mask=dmask, other=0.0).to(ACC)
+    lse2 = tl.load(LSE + row * H + h).to(ACC) * 1.4426950408889634
+    for e0 in range(start, end, BLOCK_E):
+        offs_e = e0 + tl.arange(0, BLOCK_E)
+        emask = offs_e < end
+        j = tl.load(COL + offs_e, mask=emask, other=0).to(tl.int64)
+        uid = tl.load(EID + offs_e, mask=emask, other=0).to(tl.int64)
+        tile = j[:, None] * HD + h * D + offs_d[None, :]
+        kt = tl.load(K + tile, mask=emask[:, None] & dmask[None, :], other=0.0).to(ACC)
+        s = tl.sum(kt * q[None, :], axis=1) * qk_scale
+        if HAS_BIAS:
+            b = tl.load(BIAS + uid * bias_se + h * bias_sh, mask=emask, other=0.0).to(ACC)
+            s = s + b * 1.4426950408889634
+        tl.store(P + uid * H + h, tl.exp2(s - lse2), mask=emask)
+
+
+# ------------------------------------------------------------------------------ launchers
+BLOCK_E = 32
+
+
+def _acc(dtype: torch.dtype) -> tuple[torch.dtype, tl.dtype]:
+    return (torch.float64, tl.float64) if dtype == torch.float64 else (torch.float32, tl.float32)
+
+
+def _field(t: Tensor | None, H: int, dummy: Tensor) -> tuple[Tensor, int, int, bool]:
+    if t is None:
+        return dummy, 0, 0, False
+    return (t, 1, 0, True) if t.dim() == 1 else (t, H, 1, True)
+
+
+def _meta(v: Tensor) -> dict:
+    return {"BLOCK_E": BLOCK_E, "BLOCK_D": triton.next_power_of_2(max(v.size(2), 1))}
+
+
+def forward(q, k, v, rowptr, col, eid, bias, weight, scale, softmax):
+    """``(out [R, H, D], lse [R, H])`` — see :mod:`.fused`."""
+    R, H, D = rowptr.numel() - 1, v.size(1), v.size(2)
+    acc_t, acc_tl = _acc(v.dtype)
+    out = torch.empty(R, H, D, dtype=v.dtype, device=v.device)
+    lse = torch.empty(R, H, dtype=acc_t, device=v.device)
+    if R == 0 or H == 0:
+        return out, lse
+    b, bse, bsh, has_b = _field(bias, H, v)
+    w, wse, wsh, has_w = _field(weight, H, v)
+    _forward_kernel[(R, H)](
+        q, k, v, rowptr, col, eid, b, w, out, lse,
+        H, D, scale * LOG2E, bse, bsh, wse, wsh,
+        HAS_BIAS=has_b, HAS_WEIGHT=has_w, SOFTMAX=softmax, ACC=acc_tl, **_meta(v),
+    )
+    return out, lse
+
+
+def backward_dst(q, k, v, out, dout, lse, rowptr, col, eid, bias, weight, scale, softmax,
+                 need_dq, need_dbias, need_dweight):
+    """``(dq, dbias, dweight, dterm)`` — see :mod:`.fused`."""
+    R, H, D, E = rowptr.numel() - 1, v.size(1), v.size(2), col.numel()
+    acc_t, acc_tl = _acc(v.dtype)
+    need_dq = need_dq and softmax
+    need_ds = need_dbias and bias is not None and softmax
+    need_pg = need_dweight and weight is not None
+    dq = torch.empty(R, H, D, dtype=v.dtype, device=v.device) if need_dq else None
+    ds_buf = torch.zeros(E, H, dtype=acc_t, device=v.device) if need_ds else None
+    pg_buf = torch.zeros(E, H, dtype=acc_t, device=v.device) if need_pg else None
+    dterm = torch.zeros(R, H, dtype=acc_t, device=v.device)
+    if R > 0 and H > 0:
+        b, bse, bsh, has_b = _field(bias, H, v)
+        w, wse, wsh, has_w = _field(weight, H, v)
+        _backward_dst_kernel[(R, H)](
+            q, k, v, out, dout, lse, rowptr, col, eid, b, w,
+            dq if need_dq else v, ds_buf if need_ds else dterm, pg_buf if need_pg else dterm, dterm,
+            H, D, scale * LOG2E, scale, bse, bsh, wse, wsh,
+            HAS_BIAS=has_b, HAS_WEIGHT=has_w, SOFTMAX=softmax,
+            NEED_DQ=need_dq, NEED_DS=need_ds, NEED_PG=need_pg, ACC=acc_tl, **_meta(v),
+        )
+    dbias = _reduce(ds_buf, bias)
+    dweight = _reduce(pg_buf, weight)
+    return dq, dbias, dweight, dterm
+
+
+def _reduce(buf: Tensor | None, field: Tensor | None) -> Tensor | None:
+    """``[E, H]`` per-(edge, head) gradient → the field's shape (summed over heads for ``[E]``)."""
+    if buf is None or field is None:
+        return None
+    return (buf.sum(1) if field.dim() == 1 else buf).to(field.dtype)
+
+
+def backward_src(q, k, v, dout, lse, dterm, colptr, crow, cuid, bias, weight, scale, softmax,
+                 need_dk, need_dv):
+    """``(dk, dv)`` — see :mod:`.fused`."""
+    S, H, D = colptr.numel() - 1, v.size(1), v.size(2)
+    _, acc_tl = _acc(v.dtype)
+    need_dk = need_dk and softmax
+    dk = torch.empty_like(v) if need_dk else None
+    dv = torch.empty_like(v) if need_dv else None
+    if (need_dk or need_dv) and S > 0 and H > 0:
+        b, bse, bsh, has_b = _field(bias, H, v)
+        w, wse, wsh, has_w = _field(weight, H, v)
+        _backward_src_kernel[(S, H)](
+            q, k, v, dout, lse, dterm, colptr, crow, cuid, b, w,
+            dk if need_dk else v, dv if need_dv else v,
+            H, D, scale * LOG2E, scale, bse, bsh, wse, wsh,
+            HAS_BIAS=has_b, HAS_WEIGHT=has_w, SOFTMAX=softmax, NEED_DK=need_dk, NEED_DV=need_dv,
+            ACC=acc_tl, **_meta(v),
+        )
+    return dk, dv
+
+
+def probs(q, k, lse, rowptr, col, eid, bias, scale):
+    """Softmax coefficients ``[E, H]`` in edge-set order — see :mod:`.fused`."""
+    R, H, D, E = rowptr.numel() - 1, q.size(1), q.size(2), col.numel()
+    _, acc_tl = _acc(q.dtype)
+    p = torch.zeros(E, H, dtype=q.dtype, device=q.device)
+    if R > 0 and H > 0:
+        b, bse, bsh, has_b = _field(bias, H, q)
+        _probs_kernel[(R, H)](
+            q, k, lse, rowptr, col, eid, b, p, H, D, scale * LOG2E, bse, bsh,
+            HAS_BIAS=has_b, ACC=acc_tl, **_meta(q),
+        )
+    return p
