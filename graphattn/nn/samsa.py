@@ -1,0 +1,281 @@
+r"""The SAMSA preset: the paper's block (Pre-RMSNorm, SAMSA attention, one zero-initialised residual
+scalar shared by every layer) stacked between the library's encoders and heads.
+
+The hybrid alternative (an input-graph local conv next to a SAMSA global branch) needs no preset:
+``GraphTransformer(conv="gine", producer={"name": "samsa", "k": 32})`` (``--model hybrid``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from types import SimpleNamespace
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from torch_geometric.nn import Linear
+from torch_geometric.nn.resolver import activation_resolver
+from torch_geometric.utils import scatter, softmax
+
+from graphattn.attention import EdgeAttention
+from graphattn.edgeset import EdgeSet
+from graphattn.nn.blocks import DataView
+from graphattn.nn.model import POOLS, GraphTransformer
+from graphattn.nn.registry import register_model
+from graphattn.producers.registry import build_producer
+from graphattn.producers.samsa import SAMSA, RMSNorm
+
+#: the data attribute through which a block hands its un-normalised input to the score network
+SCORE_ATTR = "samsa_residual"
+READOUTS = (*POOLS, "attention")
+
+
+def drop_path(x: Tensor, batch: Tensor, num_graphs: int, p: float, training: bool) -> Tensor:
+    r"""Stochastic depth per graph: the branch output of graph :math:`b` is zeroed with probability
+    :math:`p` and scaled by :math:`1/(1-p)` otherwise (training only)."""
+    if not training or p == 0.0:
+        return x
+    keep = (torch.rand(num_graphs, device=x.device) >= p).to(x.dtype) / (1.0 - p)
+    return x * keep[batch].unsqueeze(-1)
+
+
+class SAMSABlock(nn.Module):
+    r"""One SAMSA layer (the official ``HSTRANS``), on a PyG batch:
+
+    .. math::
+        \hat x = \operatorname{RMSNorm}_1(x), \qquad
+        x \leftarrow x + \alpha\,\operatorname{DropPath}\big(W_O\,
+            \operatorname{EdgeAttention}(\hat x,\ \operatorname{SAMSA}(\hat x;\ s(x)))\big)
+
+        x \leftarrow x + \alpha\,\operatorname{DropPath}\big(\operatorname{MLP}(
+            \operatorname{RMSNorm}_2(x))\big), \qquad
+        \operatorname{MLP} = \operatorname{Lin}\!-\!\operatorname{act}\!-\!\operatorname{Drop}
+            \!-\!\operatorname{Lin}\!-\!\operatorname{Drop}
+
+    :math:`\alpha` is passed in (shared by every layer of :class:`SAMSATransformer`); the importance
+    scores :math:`s(x)` read the un-normalised :math:`x`, the keys and values the normalised
+    :math:`\hat x`. The query/key/value weights get ``kaiming_uniform_(nonlinearity="linear")`` (as
+    the official code).
+
+    Args:
+        channels (int): width :math:`d`.
+        heads (int): attention heads :math:`H` (head size :math:`d/H`).
+        producer: the SAMSA producer (spec or instance); built with ``channels``, ``num_heads`` and
+            ``score_from`` set for this block unless the spec sets them.
+        ffn_channels (int): hidden width of the MLP (0: no MLP sub-block).
+        dropout (float): dropout in the MLP.
+        attn_dropout (float): dropout on the attention coefficients (training only).
+        drop_path (float): stochastic depth per graph on both branches.
+        act (str): MLP activation.
+        attn_kwargs (dict, optional): extra :class:`~graphattn.EdgeAttention` arguments.
+    """
+
+    def __init__(self, channels: int, heads: int, producer: Any = "samsa", ffn_channels: int = 0,
+                 dropout: float = 0.0, attn_dropout: float = 0.0, drop_path: float = 0.0,
+                 act: str = "gelu", attn_kwargs: dict[str, Any] | None = None) -> None:
+        super().__init__()
+        if channels % heads:
+            raise ValueError(f"'channels' ({channels}) must be divisible by 'heads' ({heads})")
+        if not 0.0 <= drop_path < 1.0:
+            raise ValueError(f"'drop_path' must lie in [0, 1), got {drop_path!r}")
+        self.channels, self.heads, self.drop_path = channels, heads, float(drop_path)
+        self.norm1 = RMSNorm(channels)
+        self.norm2 = RMSNorm(channels)
+        self.producer = build_producer(producer, channels=channels, num_heads=heads,
+                                       score_from=SCORE_ATTR)
+        if not isinstance(self.producer, SAMSA):
+            raise ValueError(f"SAMSABlock needs a SAMSA producer, got {type(self.producer).__name__}")
+        self.attn = EdgeAttention(channels, channels // heads, heads=heads, dropout=attn_dropout,
+                                  **(attn_kwargs or {}))
+        self.attn_out = Linear(channels, channels)
+        self.mlp = nn.Sequential(
+            Linear(channels, ffn_channels), activation_resolver(act), nn.Dropout(dropout),
+            Linear(ffn_channels, channels), nn.Dropout(dropout),
+        ) if ffn_channels else None
+        self.last_edges: EdgeSet | None = None
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        for m in (self.norm1, self.norm2, self.producer, self.attn, self.attn_out,
+                  *(self.mlp or ())):
+            if hasattr(m, "reset_parameters"):
+                m.reset_parameters()
+        self.init_projections()
+
+    def init_projections(self) -> None:
+        """The official initialisation of the query/key/value weights."""
+        for lin in (self.attn.lin_query, self.attn.lin_key, self.attn.lin_value):
+            nn.init.kaiming_uniform_(lin.weight, nonlinearity="linear")
+
+    def forward(self, x: Tensor, batch: Tensor, alpha: Tensor, *, num_graphs: int | None = None,
+                data: Any = None, generator: torch.Generator | None = None) -> Tensor:
+        """``x [N, d]`` → ``[N, d]``; ``alpha`` is the residual scalar."""
+        B = int(batch.max()) + 1 if num_graphs is None and batch.numel() else (num_graphs or 1)
+        view = (SimpleNamespace(**{SCORE_ATTR: x}) if data is None
+                else DataView(data, **{SCORE_ATTR: x}))
+        captured: list[EdgeSet] = []
+        handle = self.producer.register_forward_hook(lambda _m, _i, out: captured.append(out))
+        try:
+            h = self.attn(self.norm1(x), self.producer, batch, data=view, generator=generator)
+        finally:
+            handle.remove()
+        self.last_edges = captured[-1] if captured else None
+        x = x + alpha * drop_path(self.attn_out(h), batch, B, self.drop_path, self.training)
+        if self.mlp is not None:
+            h = self.mlp(self.norm2(x))
+            x = x + alpha * drop_path(h, batch, B, self.drop_path, self.training)
+        return x
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}({self.channels}, heads={self.heads}, "
+                f"k={self.producer.k}, hard={self.producer.hard})")
+
+
+def _samsa_specs(producer: Any, num_layers: int, producer_kwargs: Mapping[str, Any] | None
+                 ) -> list[Any]:
+    specs = (list(producer) if isinstance(producer, Sequence) and not isinstance(producer, str)
+             else [producer] * num_layers)
+    if len(specs) != num_layers:
+        raise ValueError(f"got {len(specs)} producer specs for num_layers={num_layers}")
+    out = []
+    for spec in specs:
+        if spec is None:
+            spec = "samsa"
+        name = spec.get("name") if isinstance(spec, Mapping) else spec
+        if not (isinstance(spec, SAMSA) or name == "samsa"):
+            raise ValueError(
+                f"the 'samsa' model's global branch is SAMSA; got producer {name!r}. Pass "
+                f"--producer samsa (with its arguments), or use --model hybrid for other producers"
+            )
+        if isinstance(spec, str):
+            spec = {"name": "samsa"}
+        if isinstance(spec, Mapping):
+            spec = {**(producer_kwargs or {}), **spec}
+        out.append(spec)
+    return out
+
+
+@register_model("samsa")
+class SAMSATransformer(GraphTransformer):
+    r"""The SAMSA model: encoders, :math:`L` :class:`SAMSABlock` s sharing one residual scalar
+    :math:`\alpha` (initialised to 0, so the stack is the identity at initialisation and only
+    :math:`\alpha`, the encoders and the head learn in the first step), then a read-out and head.
+
+    .. math::
+        h^{(0)} = \operatorname{Enc}(x) + W_{PE}\,\mathrm{pe}, \qquad
+        h^{(\ell)} = \operatorname{SAMSABlock}_\ell(h^{(\ell-1)};\ \alpha), \qquad
+        \hat y = \operatorname{MLP}\big(\operatorname{readout}_b\, h^{(L)}\big)
+
+    Takes :class:`~graphattn.GraphTransformer`'s arguments (so the runner builds it with
+    ``--model samsa``), with these meanings:
+
+    Args:
+        producer: a SAMSA spec (``"samsa"`` or ``{"name": "samsa", "k": ..., ...}``) or a list
+            with one per layer; another producer raises a :class:`ValueError`.
+        conv: must be ``None`` (the paper's block is attention only; for a local conv plus a SAMSA
+            global branch use :class:`~graphattn.GraphTransformer`, ``--model hybrid``).
+        ffn_ratio (int): MLP width = ``ffn_ratio * hidden_channels`` (official: 4).
+        dropout (float): dropout in the MLPs (official ``p_dropout_model``).
+        act (str): MLP activation (official: ``"gelu"``).
+        edge_encoder: ignored (no branch reads edge features).
+        norm, norm_first, residual: ignored (always Pre-RMSNorm with the shared scalar).
+        head_layers (int): layers of the prediction MLP after the read-out (>= 1).
+        drop_path (float): stochastic depth per graph (official ``p_droppath``).
+        readout (str, optional): graph read-out, overriding ``pool``: ``"attention"`` is the
+            official ``REGHEAD`` pooling :math:`\sum_{v \in b} \operatorname{softmax}_{v \in b}
+            (w^\top h_v)\, h_v`; else one of ``"mean"``, ``"add"``, ``"max"``, ``"cls"``.
+        Other arguments as in :class:`~graphattn.GraphTransformer`.
+    """
+
+    def __init__(
+        self,
+        hidden_channels: int,
+        out_channels: int,
+        num_layers: int = 4,
+        producer: Any = "samsa",
+        conv: str | None = None,
+        heads: int = 8,
+        dropout: float = 0.0,
+        attn_dropout: float = 0.0,
+        norm: str | None = None,
+        norm_first: bool = True,
+        act: str = "gelu",
+        ffn_ratio: int = 4,
+        node_encoder: str | None = "linear",
+        num_embeddings: int | None = None,
+        edge_encoder: str | None = None,
+        pe: str | None = None,
+        pe_attr: str | None = None,
+        pe_dim: int = 16,
+        task: str = "graph",
+        pool: str = "mean",
+        head_layers: int = 1,
+        input_dropout: float = 0.0,
+        attn_kwargs: dict[str, Any] | None = None,
+        producer_kwargs: dict[str, Any] | None = None,
+        residual: bool = True,
+        ffn: bool = True,
+        drop_path: float = 0.0,
+        readout: str | None = None,
+    ) -> None:
+        if conv not in (None, "none"):
+            raise ValueError(
+                f"the 'samsa' model has no local conv (got conv={conv!r}); pass --conv none, or use "
+                f"--model hybrid with a conv and the samsa producer for the hybrid alternative"
+            )
+        if head_layers < 1:
+            raise ValueError(f"the 'samsa' model needs head_layers >= 1, got {head_layers}")
+        readout = readout or pool
+        if readout not in READOUTS:
+            raise ValueError(f"'readout' must be one of {READOUTS}, got {readout!r}")
+        specs = _samsa_specs(producer, num_layers, producer_kwargs)
+        # the encoders, positional encodings and head of GraphTransformer (its one throwaway
+        # layer is replaced below)
+        super().__init__(
+            hidden_channels, out_channels, num_layers=1, producer="full", conv=None, heads=heads,
+            dropout=dropout, norm=None, act=act, ffn=False, node_encoder=node_encoder,
+            num_embeddings=num_embeddings, edge_encoder=None, pe=pe, pe_attr=pe_attr,
+            pe_dim=pe_dim, task=task, pool="mean" if readout == "attention" else readout,
+            head_layers=head_layers, input_dropout=input_dropout,
+        )
+        self.readout = readout
+        self.layers = nn.ModuleList(
+            SAMSABlock(hidden_channels, heads, spec, ffn_channels=ffn_ratio * hidden_channels if ffn
+                       else 0, dropout=dropout, attn_dropout=attn_dropout, drop_path=drop_path,
+                       act=act, attn_kwargs=attn_kwargs)
+            for spec in specs
+        )
+        self.final_norm = None
+        self.residual_scale = nn.Parameter(torch.zeros(1))
+        self.readout_score = Linear(hidden_channels, 1) if readout == "attention" else None
+
+    def reset_parameters(self) -> None:
+        super().reset_parameters()
+        for layer in self.layers:
+            layer.init_projections()
+        nn.init.zeros_(self.residual_scale)
+
+    def _forward(self, data: Any, generator: torch.Generator | None) -> Tensor:
+        h, _ = self.encode(data)
+        batch = getattr(data, "batch", None)
+        if batch is None:
+            batch = torch.zeros(h.size(0), dtype=torch.long, device=h.device)
+        B = int(getattr(data, "num_graphs", int(batch.max()) + 1 if batch.numel() else 1))
+        alpha = self.residual_scale.to(h.dtype)
+        for layer in self.layers:
+            h = layer(h, batch, alpha, num_graphs=B, data=data, generator=generator)
+        if self.task == "graph":
+            h = self._read_out(h, batch, B)
+        return self.head(h)
+
+    def _read_out(self, h: Tensor, batch: Tensor, num_graphs: int) -> Tensor:
+        if self.readout == "attention":
+            assert self.readout_score is not None
+            w = softmax(self.readout_score(h).squeeze(-1), batch, num_nodes=num_graphs)
+            return scatter(w.unsqueeze(-1) * h, batch, dim=0, dim_size=num_graphs, reduce="sum")
+        if self.readout == "cls":
+            counts = torch.bincount(batch, minlength=num_graphs)
+            if bool((counts == 0).any()):
+                raise ValueError("readout='cls' needs every graph to have a node (its CLS node)")
+            return h[torch.cumsum(counts, 0) - counts]
+        return POOLS[self.readout](h, batch, size=num_graphs)

@@ -1,0 +1,516 @@
+r"""SAMSA: differentiable top-:math:`k` sampling without replacement (Lenhat et al., 2024).
+
+Every (graph, head) samples :math:`k` key/value sources out of its own nodes plus :math:`2k`
+learnable support tokens, by Gumbel-perturbed importance scores; every node of the graph attends to
+them (a :class:`~graphattn.SharedSourceEdgeSet`, consumed by the dense SDPA fast path of
+:class:`~graphattn.EdgeAttention`). The gradient reaches the importance scores through the authors'
+pairwise-sigmoid proxy (their code's §4.2 version, not the paper's Algorithm 2). See
+``docs/samsa.md`` for the derivation of the exactness claims below.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from graphattn.edgeset import EdgeSet
+from graphattn.origins import origin_code
+from graphattn.producers.base import EdgeProducer, ProducerContext, check_positive_int
+from graphattn.producers.registry import register_producer
+from graphattn.structured import SharedSourceEdgeSet
+
+#: the official code's constants: ``-log(-log(U + 1e-20) + 1e-20)`` Gumbel noise
+GUMBEL_EPS = 1e-20
+#: the largest sigmoid slope: the clamp rescales per head so that ``max s' <= 0.25``
+SLOPE_CAP = 0.25
+
+
+# ----------------------------------------------------------------------------- building blocks
+class RMSNorm(nn.Module):
+    r"""Root-mean-square normalisation as in the SAMSA code:
+    :math:`y = g \odot x / (\lVert x \rVert_2 / \sqrt{d} + \epsilon)` (the :math:`\epsilon` outside
+    the root, no bias, :math:`g` initialised to 1).
+
+    Args:
+        channels (int): :math:`d`.
+        eps (float): :math:`\epsilon`.
+    """
+
+    def __init__(self, channels: int, eps: float = 1e-8) -> None:
+        super().__init__()
+        self.channels = check_positive_int("channels", channels)
+        self.eps = float(eps)
+        self.weight = nn.Parameter(torch.ones(channels))
+
+    def reset_parameters(self) -> None:
+        nn.init.ones_(self.weight)
+
+    def forward(self, x: Tensor) -> Tensor:
+        rms = x.norm(dim=-1, keepdim=True) / math.sqrt(x.size(-1))
+        return self.weight * (x / (rms + self.eps))
+
+    def extra_repr(self) -> str:
+        return f"{self.channels}, eps={self.eps}"
+
+
+class ImportanceScore(nn.Module):
+    r"""The per-head importance-score network of SAMSA:
+
+    .. math::
+        s(x) = W_o\big(x + \operatorname{RMSNorm}(W_2\,\operatorname{GELU}(W_1 x + b_1) + b_2)\big)
+            + b_o \in \mathbb{R}^H
+
+    (one score per head: every head samples its own sources, the paper's "mixture of attention
+    experts").
+
+    Args:
+        channels (int): input width :math:`d`.
+        num_heads (int): :math:`H`.
+    """
+
+    def __init__(self, channels: int, num_heads: int) -> None:
+        super().__init__()
+        self.lin1 = nn.Linear(channels, channels)
+        self.lin2 = nn.Linear(channels, channels)
+        self.norm = RMSNorm(channels)
+        self.out = nn.Linear(channels, num_heads)
+
+    def reset_parameters(self) -> None:
+        for m in (self.lin1, self.lin2, self.norm, self.out):
+            m.reset_parameters()
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.out(x + self.norm(self.lin2(F.gelu(self.lin1(x)))))
+
+
+def gumbel_noise(shape: tuple[int, ...], *, generator: torch.Generator | None = None,
+                 dtype: torch.dtype = torch.float32,
+                 device: torch.device | str | None = None) -> Tensor:
+    r"""Standard Gumbel noise :math:`g = -\log(-\log(U + 10^{-20}) + 10^{-20})`,
+    :math:`U \sim \mathcal{U}[0, 1)` (mean :math:`\gamma \approx 0.5772`, variance
+    :math:`\pi^2/6`). The noise is never scaled by the temperature."""
+    u = torch.rand(shape, generator=generator, dtype=dtype, device=device)
+    return -torch.log(-torch.log(u + GUMBEL_EPS) + GUMBEL_EPS)
+
+
+def _slope(z_top: Tensor, z_bot: Tensor, pair_valid: Tensor, tau: float, clamp: bool,
+           eps: float) -> tuple[Tensor, Tensor]:
+    r"""``(p, s')`` of the pairwise proxy: :math:`p_{ij} = \sigma((z_{T_i} - z_{R_j})/\tau)` (1 for
+    a missing competitor) and its slope :math:`s'_{ij} = p_{ij}(1-p_{ij})/\tau` (0 for a missing
+    pair), rescaled per head by :math:`\min(m_h, 1/4)/\max(m_h, \epsilon)`, :math:`m_h = \max s'`
+    over every graph and pair of head :math:`h`, if ``clamp`` (a no-op for :math:`\tau \ge 1`)."""
+    p = torch.sigmoid((z_top.unsqueeze(-1) - z_bot.unsqueeze(-2)) / tau)
+    p = torch.where(pair_valid, p, torch.ones_like(p))
+    s = p * (1 - p) / tau  # 0 where p == 1
+    if clamp and s.numel():
+        m = s.amax(dim=(0, 2, 3), keepdim=True)  # per head, over the whole batch (official)
+        s = s * (m.clamp(max=SLOPE_CAP) / m.clamp(min=eps))
+    return p, s
+
+
+class _PairSigmoid(torch.autograd.Function):
+    """``p`` of :func:`_slope` with the (optionally clamped) slope as its derivative."""
+
+    @staticmethod
+    def forward(ctx: Any, z_top: Tensor, z_bot: Tensor, pair_valid: Tensor, tau: float,
+                clamp: bool, eps: float) -> Tensor:
+        p, s = _slope(z_top, z_bot, pair_valid, tau, clamp, eps)
+        ctx.save_for_backward(s)
+        return p
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
+        (s,) = ctx.saved_tensors
+        g = grad * s  # d p_ij / d (z_T_i - z_R_j)
+        return g.sum(-1), -g.sum(-2), None, None, None, None
+
+
+class _HardSlots(torch.autograd.Function):
+    r"""Hard slots with the straight-through proxy gradient (the official ``HardChooseDenseGrad``).
+
+    Forward: ``x_top`` exactly. Backward, with :math:`G_i` the incoming gradient of slot :math:`i`
+    and :math:`a_{ij} = G_i \cdot (x_{T_i} - x_{R_j})`:
+    :math:`\partial x_{T_i} = G_i`, :math:`\partial x_{R_j} = 0`,
+    :math:`\partial z_{T_i} = \frac1k \sum_j s'_{ij} a_{ij}`,
+    :math:`\partial z_{R_j} = -\frac1k \sum_i s'_{ij} a_{ij}` — the gradient of the soft proxy
+    :math:`\bar p_i x_{T_i} + \frac1k\sum_j (1-p_{ij}) x_{R_j}` with respect to the scores only.
+    """
+
+    @staticmethod
+    def forward(ctx: Any, x_top: Tensor, x_bot: Tensor, z_top: Tensor, z_bot: Tensor,
+                pair_valid: Tensor, tau: float, clamp: bool, eps: float) -> Tensor:
+        ctx.save_for_backward(x_top, x_bot, z_top, z_bot, pair_valid)
+        ctx.tau, ctx.clamp, ctx.eps = tau, clamp, eps
+        return x_top.clone()
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
+        x_top, x_bot, z_top, z_bot, pair_valid = ctx.saved_tensors
+        dz_top = dz_bot = None
+        if ctx.needs_input_grad[2] or ctx.needs_input_grad[3]:
+            _, s = _slope(z_top, z_bot, pair_valid, ctx.tau, ctx.clamp, ctx.eps)
+            g = grad.to(s.dtype)
+            a = (g * x_top.to(s.dtype)).sum(-1, keepdim=True) - g @ x_bot.to(s.dtype).transpose(-1, -2)
+            w = s * a / max(x_top.size(-2), 1)
+            dz_top, dz_bot = w.sum(-1), -w.sum(-2)
+        dx_top = grad if ctx.needs_input_grad[0] else None
+        return dx_top, None, dz_top, dz_bot, None, None, None, None
+
+
+def hard_slots(x_top: Tensor, x_bot: Tensor, z_top: Tensor, z_bot: Tensor,
+               pair_valid: Tensor | None = None, *, tau: float = 1.0, clamp: bool = True,
+               eps: float = 1e-12) -> Tensor:
+    """Hard slot features ``[..., k, F]`` (forward ``x_top``) with the proxy's score gradient.
+
+    ``x_top [..., k, F]``, ``x_bot [..., k, F]``, ``z_top``, ``z_bot [..., k]``; ``pair_valid
+    [..., k, k]`` marks existing (top, bottom) pairs. Leading dims are ``[B, H]`` (the clamp's max
+    runs over dims 0, 2, 3 per head, dim 1)."""
+    if pair_valid is None:
+        pair_valid = torch.ones(z_top.shape + z_bot.shape[-1:], dtype=torch.bool,
+                                device=z_top.device)
+    return _HardSlots.apply(x_top, x_bot, z_top, z_bot, pair_valid, tau, clamp, eps)
+
+
+def soft_slots(x_top: Tensor, x_bot: Tensor, z_top: Tensor, z_bot: Tensor,
+               pair_valid: Tensor | None = None, *, tau: float = 1.0, clamp: bool = True,
+               eps: float = 1e-12) -> Tensor:
+    r"""Soft slot features :math:`\bar p_i x_{T_i} + \frac1k \sum_j (1 - p_{ij}) x_{R_j}`
+    (convex weights), exact autograd except for the optional slope clamp."""
+    if pair_valid is None:
+        pair_valid = torch.ones(z_top.shape + z_bot.shape[-1:], dtype=torch.bool,
+                                device=z_top.device)
+    p = _PairSigmoid.apply(z_top, z_bot, pair_valid, tau, clamp, eps)
+    k = max(x_top.size(-2), 1)
+    w_top = (p.sum(-1, keepdim=True) / k).to(x_top.dtype)
+    w_bot = ((1 - p) / k).to(x_top.dtype)
+    return w_top * x_top + w_bot @ x_bot
+
+
+# --------------------------------------------------------------------------------- selection
+@dataclass
+class SamsaSelection:
+    """The sampler's decisions for a batch of ``B`` graphs, ``H`` heads and ``k`` slots.
+
+    Attributes:
+        top, bottom: ``[B, H, k]`` candidate ids of the selected (top-:math:`k`) and the competing
+            (next :math:`k`) candidates: real nodes ``0..N-1``, support token ``s`` of head ``h`` as
+            ``N + h·S + s``, ``-1`` for a missing candidate.
+        top_valid, bottom_valid: ``[B, H, k]`` whether the candidate exists.
+        z_top, z_bottom: ``[B, H, k]`` their (noisy) scores, differentiable.
+        num_nodes, num_support: ``N`` and ``S``.
+    """
+
+    top: Tensor
+    bottom: Tensor
+    top_valid: Tensor
+    bottom_valid: Tensor
+    z_top: Tensor
+    z_bottom: Tensor
+    num_nodes: int
+    num_support: int
+
+    @property
+    def k(self) -> int:
+        return int(self.top.size(-1))
+
+    @property
+    def top_is_support(self) -> Tensor:
+        return self.top >= self.num_nodes
+
+    @property
+    def pair_valid(self) -> Tensor:
+        return self.top_valid.unsqueeze(-1) & self.bottom_valid.unsqueeze(-2)
+
+
+@register_producer("samsa")
+class SAMSA(EdgeProducer):
+    r"""SAMSA sampling: every (graph :math:`b`, head :math:`h`) picks :math:`k` sources by
+    Gumbel-perturbed learned importance scores, without replacement; every node of :math:`b`
+    attends to them in head :math:`h` (a :class:`~graphattn.SharedSourceEdgeSet`).
+
+    For graph :math:`b` with nodes :math:`V_b` and head :math:`h`:
+
+    .. math::
+        z_v = s(x)_{v,h} + g_v \ (v \in V_b), \qquad z_{\sigma} = S^z_{\sigma,h} + g_\sigma
+            \ (\sigma < S), \qquad g \sim \operatorname{Gumbel}(0, 1)
+
+        I = \operatorname{ArgTop}_{2k}(z), \quad T = I_{1..k},\quad R = I_{k+1..2k},\qquad
+        p_{ij} = \sigma\big((z_{T_i} - z_{R_j})/\tau\big),\quad \bar p_i = \tfrac1k\textstyle\sum_j p_{ij}
+
+    over the :math:`|V_b| + S` candidates: the graph's nodes and :math:`S = 2k` learnable support
+    tokens :math:`S^x_{h,\sigma}` with scores :math:`S^z_{\sigma,h}` (so every graph, even an empty
+    one, has :math:`\ge 2k` candidates). :math:`s` is :class:`ImportanceScore`. Slot :math:`i` is
+
+    * **hard** (default): forward :math:`\hat x_{T_i}`, the top candidate itself; backward
+      straight-through: :math:`\partial\hat x_{T_i} = G_i`, nothing to :math:`\hat x_{R_j}`, and the
+      scores get the gradient of the soft slot below with the features held fixed:
+      :math:`\partial z_{T_i} = \frac1k\sum_j s'_{ij}\,G_i\cdot(\hat x_{T_i} - \hat x_{R_j})`,
+      :math:`\partial z_{R_j} = -\frac1k\sum_i s'_{ij}\,G_i\cdot(\hat x_{T_i} - \hat x_{R_j})`,
+      :math:`s'_{ij} = p_{ij}(1-p_{ij})/\tau`;
+    * **soft**: :math:`\bar p_i\,\hat x_{T_i} + \frac1k\sum_j (1-p_{ij})\,\hat x_{R_j}` with exact
+      autograd (also in evaluation).
+
+    Target :math:`t \in V_b` then attends, in head :math:`h`, to the :math:`k` slots:
+    :math:`o_t^h = \sum_i \operatorname{softmax}_i(q_t^h \cdot k^h(\text{slot}_i)/\sqrt{C})\,
+    v^h(\text{slot}_i)` — computed by :class:`~graphattn.EdgeAttention`, not here.
+
+    **Emitted sources.** In hard evaluation the sources are the selected real node ids and the
+    selected supports as virtual sources (the attention projects them like nodes). In training and
+    in soft mode every slot is a virtual source whose feature is the slot above (in the attention's
+    input space :math:`\hat x`); its key/value is the layer's affine projection of it. Because the
+    mixture weights sum to 1 (:math:`\bar p_i + \frac1k\sum_j(1-p_{ij}) = 1`), the projection of a
+    mixture equals the mixture of the projections, biases included; in the hard proxy the bias
+    term cancels pair by pair (:math:`G\cdot(Wx_T + b - Wx_R - b) = G\cdot W(x_T - x_R)`), so the
+    score gradients equal the official kv-space ones exactly (the slope clamp included).
+    Supports live in :math:`\hat x` space (:math:`S^x \in \mathbb{R}^{H \times S \times d}`,
+    :math:`\mathcal N(0, 1)` like an RMS-normalised token), a reparametrisation of the official
+    kv-space supports through the layer's projections.
+
+    **Randomness.** Gumbel noise is added in training and, if ``eval_noise``, in evaluation (the
+    official code's stochastic evaluation); it is drawn from the caller's generator, else the global
+    RNG, node noise ``[N, H]`` first, then support noise ``[B, S, H]``. :meth:`fixed_noise` injects
+    noise (used in every mode). Without noise, evaluation is deterministic.
+
+    **Clamp.** With ``clamp_sigmoid_grad`` the slopes :math:`s'` are rescaled per head by
+    :math:`\min(m_h, 1/4)/\max(m_h, \epsilon)`, :math:`m_h` the largest slope of head :math:`h`
+    over the whole batch (official; a no-op for :math:`\tau \ge 1`; it couples the graphs' gradients
+    for :math:`\tau < 1`).
+
+    **Degenerate graphs.** With ``num_support < 2k`` a graph may have fewer than :math:`2k` (or
+    :math:`k`) candidates: a missing competitor counts as :math:`p_{ij} = 1` (a competitor with
+    score :math:`-\infty`: the weights still sum to 1, no gradient), a missing top slot is masked.
+    With ``num_support=0`` and :math:`k \ge |V_b|`, hard evaluation is full attention over the graph.
+
+    Needs ``batch`` sorted by graph (a PyG ``Batch``).
+
+    Args:
+        channels (int): width :math:`d` of the attention input (and of the score input).
+        num_heads (int): :math:`H`; must match the consuming layer's heads.
+        k (int): sources per (graph, head).
+        tau (float): temperature :math:`\tau` of the pairwise proxy (not of the noise).
+        hard (bool): hard (straight-through) or soft slots.
+        num_support (int, optional): support tokens :math:`S` per head (default :math:`2k`; 0: none).
+        eval_noise (bool): Gumbel noise in evaluation too (official); default off (deterministic).
+        clamp_sigmoid_grad (bool): the official slope clamp.
+        clamp_eps (float): :math:`\epsilon` of the clamp (guards :math:`m_h = 0`).
+        score_from (str, optional): read the score network's input ``[N, d]`` from
+            ``data.<score_from>`` instead of the attention input (the ``samsa`` preset passes the
+            un-normalised residual stream, as the paper).
+        max_pairs (int): guard on the :math:`B \cdot H \cdot k^2` pair tensor of training and soft
+            mode; a larger batch raises a :class:`ValueError` (lower the batch size or ``k``).
+    """
+
+    def __init__(
+        self,
+        channels: int,
+        num_heads: int = 1,
+        k: int = 32,
+        tau: float = 1.0,
+        hard: bool = True,
+        num_support: int | None = None,
+        eval_noise: bool = False,
+        clamp_sigmoid_grad: bool = True,
+        clamp_eps: float = 1e-12,
+        score_from: str | None = None,
+        max_pairs: int = 2**28,
+    ) -> None:
+        super().__init__()
+        self.channels = check_positive_int("channels", channels)
+        self.num_heads = check_positive_int("num_heads", num_heads)
+        self.k = check_positive_int("k", k)
+        if isinstance(tau, bool) or not isinstance(tau, (int, float)) or not tau > 0 \
+                or not math.isfinite(tau):
+            raise ValueError(f"'tau' must be a positive finite number, got {tau!r}")
+        self.tau = float(tau)
+        self.hard = bool(hard)
+        self.num_support = 2 * self.k if num_support is None else check_positive_int(
+            "num_support", num_support, allow_zero=True)
+        self.eval_noise = bool(eval_noise)
+        self.clamp_sigmoid_grad = bool(clamp_sigmoid_grad)
+        if not clamp_eps > 0:
+            raise ValueError(f"'clamp_eps' must be positive, got {clamp_eps!r}")
+        self.clamp_eps = float(clamp_eps)
+        if score_from is not None and (not isinstance(score_from, str) or not score_from):
+            raise ValueError(f"'score_from' must be a data attribute name or None, got {score_from!r}")
+        self.score_from = score_from
+        self.max_pairs = check_positive_int("max_pairs", max_pairs)
+        self.score = ImportanceScore(channels, num_heads)
+        S = self.num_support
+        self.support_x = nn.Parameter(torch.empty(num_heads, S, channels))
+        self.support_score = nn.Parameter(torch.empty(S, num_heads))
+        self._noise: tuple[Tensor, Tensor | None] | None = None
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        self.score.reset_parameters()
+        nn.init.normal_(self.support_x)
+        nn.init.normal_(self.support_score)
+
+    # ----------------------------------------------------------------------------- noise
+    @contextmanager
+    def fixed_noise(self, node_noise: Tensor, support_noise: Tensor | None = None) -> Iterator[None]:
+        """Within the block, use ``node_noise [N, H]`` and ``support_noise [B, S, H]`` (default 0)
+        as the Gumbel noise, in every mode (tests, reproducing a draw)."""
+        self._noise = (node_noise, support_noise)
+        try:
+            yield
+        finally:
+            self._noise = None
+
+    def _draw_noise(self, ctx: ProducerContext, dtype: torch.dtype) -> tuple[Tensor, Tensor] | None:
+        N, B, H, S = ctx.num_nodes, ctx.num_graphs, self.num_heads, self.num_support
+        if self._noise is not None:
+            node, sup = self._noise
+            if not isinstance(node, Tensor) or tuple(node.shape) != (N, H):
+                raise ValueError(f"'node_noise' must have shape [{N}, {H}], got "
+                                 f"{list(node.shape) if isinstance(node, Tensor) else node!r}")
+            if sup is None:
+                sup = node.new_zeros(B, S, H)
+            if not isinstance(sup, Tensor) or tuple(sup.shape) != (B, S, H):
+                raise ValueError(f"'support_noise' must have shape [{B}, {S}, {H}], got "
+                                 f"{list(sup.shape) if isinstance(sup, Tensor) else sup!r}")
+            return node.to(ctx.device, dtype), sup.to(ctx.device, dtype)
+        if not (ctx.training or self.eval_noise):
+            return None
+        gen = ctx.generator
+        node = gumbel_noise((N, H), generator=gen, dtype=dtype, device=ctx.device)
+        sup = gumbel_noise((B, S, H), generator=gen, dtype=dtype, device=ctx.device)
+        return node, sup
+
+    # ------------------------------------------------------------------------- selection
+    def _score_input(self, ctx: ProducerContext) -> Tensor:
+        if self.score_from is None:
+            xs = ctx.x
+        else:
+            xs = ctx.attr(self.score_from)
+            if not isinstance(xs, Tensor) or xs.dim() != 2 or xs.size(0) != ctx.num_nodes:
+                raise ValueError(f"data.{self.score_from} must be [N={ctx.num_nodes}, "
+                                 f"{self.channels}], got {getattr(xs, 'shape', xs)!r}")
+        if xs.size(1) != self.channels:
+            raise ValueError(f"SAMSA(channels={self.channels}) got a score input of width "
+                             f"{xs.size(1)}")
+        return xs
+
+    def select(self, ctx: ProducerContext) -> SamsaSelection:
+        """The top-:math:`k` and the competing :math:`k` candidates of every (graph, head)."""
+        if ctx.num_heads != self.num_heads:
+            raise ValueError(f"SAMSA(num_heads={self.num_heads}) is used by a layer with "
+                             f"{ctx.num_heads} heads")
+        if ctx.x.size(1) != self.channels:
+            raise ValueError(f"SAMSA(channels={self.channels}) got x of width {ctx.x.size(1)}")
+        N, B, H, S = ctx.num_nodes, ctx.num_graphs, self.num_heads, self.num_support
+        ptr = ctx.ptr  # raises a ValueError for an unsorted batch
+        counts = ptr[1:] - ptr[:-1]
+        n_max = int(counts.max()) if B and N else 0
+        work = torch.promote_types(ctx.x.dtype, torch.float32)
+        neg = torch.finfo(work).min / 2  # padding score: below every finite score, never -inf
+
+        s = self.score(self._score_input(ctx)).to(work)  # [N, H]
+        sz = self.support_score.to(work).t().unsqueeze(0).expand(B, H, S)  # [B, H, S]
+        noise = self._draw_noise(ctx, work)
+        if noise is not None:
+            s = s + noise[0]
+            sz = sz + noise[1].transpose(1, 2)
+        local = torch.arange(N, device=ctx.device) - ptr[ctx.batch]
+        flat = ctx.batch * n_max + local
+        real = s.new_full((B * n_max, H), neg).index_put((flat,), s).view(B, n_max, H)
+        pool = torch.cat([real.transpose(1, 2), sz], dim=2)  # [B, H, n_max + S]
+        pos = torch.arange(n_max + S, device=ctx.device)
+        valid = torch.cat([
+            (pos[None, :n_max] < counts[:, None]), torch.ones(B, S, dtype=torch.bool,
+                                                              device=ctx.device)], 1)  # [B, P]
+        P = n_max + S
+        k = min(self.k, P)
+        m = min(2 * k, P)
+        z, idx = pool.topk(m, dim=2)  # sorted, descending
+        ok = valid[:, None, :].expand(B, H, P).gather(2, idx)
+        cand = torch.where(
+            idx < n_max,
+            ptr[:-1].view(B, 1, 1) + idx,
+            N + torch.arange(H, device=ctx.device).view(1, H, 1) * S + (idx - n_max),
+        )
+        cand = torch.where(ok, cand, torch.full_like(cand, -1))
+        if m < 2 * k:  # fewer than 2k candidates in the pool: missing competitors
+            pad = 2 * k - m
+            z = torch.cat([z, z.new_full((B, H, pad), neg)], 2)
+            cand = torch.cat([cand, cand.new_full((B, H, pad), -1)], 2)
+            ok = torch.cat([ok, ok.new_zeros(B, H, pad)], 2)
+        return SamsaSelection(
+            top=cand[..., :k], bottom=cand[..., k:], top_valid=ok[..., :k],
+            bottom_valid=ok[..., k:], z_top=z[..., :k], z_bottom=z[..., k:], num_nodes=N,
+            num_support=S,
+        )
+
+    # ---------------------------------------------------------------------------- produce
+    def _candidate_table(self, x: Tensor) -> Tensor:
+        """``[N + H·S + 1, F]``: the nodes, the supports of every head, a zero row (missing)."""
+        sup = self.support_x.to(x.dtype).reshape(-1, self.channels)
+        return torch.cat([x, sup, x.new_zeros(1, self.channels)])
+
+    def produce(self, ctx: ProducerContext) -> EdgeSet:
+        sel = self.select(ctx)
+        B, H, k = sel.top.shape
+        N = ctx.num_nodes
+        origin = torch.where(sel.top_is_support, origin_code("support"), origin_code("sampled"))
+        mask = None if bool(sel.top_valid.all()) else sel.top_valid
+        stats = self._stats(ctx, sel)
+        if self.hard and not ctx.training:
+            return self._real_sources(ctx, sel, origin, mask, stats)
+        if B * H * k * k > self.max_pairs:
+            raise ValueError(
+                f"SAMSA's pair tensor would have B·H·k² = {B * H * k * k} > max_pairs="
+                f"{self.max_pairs} entries; lower the batch size or k, or raise max_pairs"
+            )
+        table = self._candidate_table(ctx.x)
+        miss = table.size(0) - 1
+        x_top = table[torch.where(sel.top_valid, sel.top, miss)]  # [B, H, k, F]
+        x_bot = table[torch.where(sel.bottom_valid, sel.bottom, miss)]
+        slot_fn = hard_slots if self.hard else soft_slots
+        slots = slot_fn(x_top, x_bot, sel.z_top, sel.z_bottom, sel.pair_valid, tau=self.tau,
+                        clamp=self.clamp_sigmoid_grad, eps=self.clamp_eps)
+        sources = N + torch.arange(B * H * k, device=ctx.device).view(B, H, k)
+        virtual_batch = torch.arange(B, device=ctx.device).repeat_interleave(H * k)
+        return SharedSourceEdgeSet(
+            sources, ctx.ptr, num_heads=H, source_mask=mask, origin=origin,
+            virtual_x=slots.reshape(B * H * k, self.channels), virtual_batch=virtual_batch,
+            stats=stats,
+        )
+
+    def _real_sources(self, ctx: ProducerContext, sel: SamsaSelection, origin: Tensor,
+                      mask: Tensor | None, stats: dict[str, Any]) -> EdgeSet:
+        """Hard evaluation: the selected node ids; the selected supports as virtual sources."""
+        N = ctx.num_nodes
+        top = torch.where(sel.top_valid, sel.top, torch.zeros_like(sel.top))
+        is_sup = sel.top_is_support & sel.top_valid
+        virtual_x = None
+        if bool(is_sup.any()):
+            used, inverse = torch.unique(top[is_sup] - N, return_inverse=True)
+            top = top.masked_scatter(is_sup, N + inverse)
+            sup = self.support_x.to(ctx.x.dtype).reshape(-1, self.channels)
+            virtual_x = sup[used]
+        return SharedSourceEdgeSet(
+            top, ctx.ptr, num_heads=self.num_heads, source_mask=mask, origin=origin,
+            virtual_x=virtual_x, stats=stats,
+        )
+
+    def _stats(self, ctx: ProducerContext, sel: SamsaSelection) -> dict[str, Any]:
+        counts = (ctx.ptr[1:] - ctx.ptr[:-1]).to(torch.float)
+        per_graph = sel.top_valid.sum((1, 2)).to(torch.float)  # sources per node, all heads
+        n = max(ctx.num_nodes, 1)
+        valid = sel.top_valid.sum().clamp(min=1)
+        return {
+            "edges_per_node": float((counts * per_graph).sum()) / n,
+            "support_fraction": float((sel.top_is_support & sel.top_valid).sum() / valid),
+        }
+
+    def extra_repr(self) -> str:
+        return (f"channels={self.channels}, num_heads={self.num_heads}, k={self.k}, "
+                f"tau={self.tau}, hard={self.hard}, num_support={self.num_support}, "
+                f"eval_noise={self.eval_noise}")
