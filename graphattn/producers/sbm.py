@@ -1,0 +1,332 @@
+r"""SBM-Transformer (Cho et al., NeurIPS 2022): per-head attention graphs sampled from a
+mixed-membership stochastic block model whose memberships are computed from the layer's queries and
+keys; a straight-through gate carries the task gradient back to the model.
+
+The sampler functions live in :mod:`graphattn.producers.sbm_sampling`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from graphattn.edgeset import EdgeSet
+from graphattn.origins import origin_code
+from graphattn.producers.base import EdgeProducer, ProducerContext, check_positive_int
+from graphattn.producers.registry import register_producer
+from graphattn.producers.sbm_sampling import (
+    SELF_LOOP,
+    SampledEdges,
+    add_self_loops,
+    bernoulli_sample,
+    block_matrix,
+    dedupe,
+    edge_gate,
+    fastrg_sample,
+    graph_sizes,
+    key_projection,
+    memberships,
+)
+
+SAMPLERS = ("fastrg", "bernoulli")
+STES = ("logit_bias", "logit_scale")
+_KIND_ORIGINS = ("sampled", "exploration", "self_loop")  # indexed by SAMPLED, EXPLORATION, SELF_LOOP
+
+
+@register_producer("sbm")
+class SBMEdges(EdgeProducer):
+    r"""Attention edges sampled per (graph, head) from a stochastic block model (SBM-Transformer).
+
+    With the consuming layer's per-head queries and keys :math:`Q_h, K_h \in \mathbb{R}^{n \times d}`
+    (read from the :class:`~graphattn.producers.ProducerContext`: the producer runs inside
+    :class:`~graphattn.EdgeAttention` after the projections), per-head cluster embeddings
+    :math:`C_h \in \mathbb{R}^{k \times d}` and **one** 2-layer MLP shared by all heads and by
+    queries and keys (as in the official code):
+
+    .. math::
+        S_h = \operatorname{softmax}_{(u,v)}(C_h C_h^\top), \qquad
+        \hat Q_h = \sigma(\operatorname{MLP}(Q_h) C_h^\top), \qquad
+        \hat K_h = \sigma(\operatorname{MLP}(K_h) C_h^\top), \qquad
+        p_{ij}^h = \hat Q_{h,i}\, S_h\, \hat K_{h,j}^\top \in (0, 1),
+
+    the softmax running over all :math:`k^2` entries (:math:`\sum_{uv} S_{uv} = 1`). Within every graph,
+    query :math:`i` attends to the sampled keys :math:`j` (edge :math:`j \to i` in head :math:`h`):
+
+    * ``sampler="fastrg"`` — exact fastRG (Alg. 1), linear in the number of edges: multiplicities
+      :math:`N_{ij} \sim \operatorname{Poisson}(p_{ij} + \delta)`, so after de-duplication
+      :math:`P(j \to i) = 1 - e^{-(p_{ij} + \delta)}` (never full attention);
+    * ``sampler="bernoulli"`` — the official code's dense path,
+      :math:`P(j \to i) = \operatorname{clamp}(p_{ij} + \delta, 0, 1)`, :math:`O(n^2 k)`.
+
+    The forward pass is plain masked softmax attention over the sampled keys (:math:`p` does not enter
+    it). The straight-through gate :math:`\text{gate}_e = 1` enters the logit as the additive bias
+    :math:`b_e = \text{gate}_e - 1 = 0` (``ste="logit_bias"``, the official code's estimator), so
+    :math:`\partial L / \partial p_e = \operatorname{clamp}(\partial L / \partial b_e, \pm c)`;
+    ``ste="logit_scale"`` uses the paper's Eq. 9 instead, :math:`b_e = (\text{gate}_e - 1)\, q_i \cdot
+    k_j / \sqrt{d}`, i.e. :math:`\partial L / \partial p_e = \operatorname{clamp}(\partial L / \partial
+    b_e \cdot q_i \cdot k_j / \sqrt{d}, \pm c)`. Unsampled pairs get no gradient. The gradient
+    reaches :math:`C`, the MLP and :math:`W_Q, W_K`.
+
+    The density regulariser (the EdgeSet's ``aux_loss``, scaled by the trainer's ``aux_weight``
+    :math:`\lambda`) is the sampled-edge count through the same gates,
+
+    .. math::
+        L_s = \frac{1}{H} \sum_h \frac{\sum_{e \in h} \text{gate}_e}{\sum_g n_g^2}
+            \qquad (\text{value: edges} / (H \sum_g n_g^2)),
+
+    so each sampled :math:`p_e` receives :math:`\lambda / (H \sum_g n_g^2)`; the clip applies to the
+    sum of task and regulariser gradients, as in the code.
+
+    ``stats`` (logged, never read by the math): scalars ``density`` (:math:`L_s`'s value),
+    ``expected_density``, ``graph_density`` (mean over non-empty graphs and heads), ``density_head<h>``,
+    ``sampled_edges``, ``expected_edges``, ``edges_per_node``; and ``per_graph_head``, a dict of
+    ``[G, H]`` tensors ``sampled_edges``, ``expected_edges`` (fastRG: :math:`\mathbb{E}` of the drawn
+    multi-edge count, :math:`\hat y S \hat z^\top + \delta n_g^2`; Bernoulli:
+    :math:`\sum \operatorname{clamp}(p + \delta, 0, 1)`) and ``density``. Edge ``origin``:
+    ``"sampled"``, ``"exploration"`` (drawn only by the :math:`\delta` term, fastRG), ``"self_loop"``
+    (added loops).
+
+    Randomness: the caller's generator if given; otherwise the global RNG in training and, in
+    evaluation, a generator seeded with ``eval_seed`` (``None``: the global RNG, i.e. stochastic
+    evaluation as in the paper — then seed it yourself).
+
+    Args:
+        heads (int, optional): number of heads :math:`H` (checked against the layer; inferred if
+            ``None``).
+        head_dim (int, optional): head size :math:`d` (inferred from the queries on the first call if
+            ``None``; the parameters are created then).
+        num_clusters (int): :math:`k` (128 in the paper).
+        delta (float): exploration rate :math:`\delta` added to every :math:`p_{ij}` (0.01 in the paper).
+        delta_in_eval (bool): also explore in evaluation (the official code does; the paper says
+            training only).
+        sampler (str): ``"fastrg"`` or ``"bernoulli"``.
+        dedupe (bool): fastRG: a pair drawn several times is one edge (``False``: each copy is a term
+            of the softmax, like a duplicated key, and counts in :math:`L_s`).
+        self_loops (bool): add :math:`i \to i` in every head (the paper's "+I" variant); added loops
+            carry no gate, a loop that was also sampled keeps its gate.
+        ste (str): ``"logit_bias"`` or ``"logit_scale"`` (see above).
+        ste_clip (float, optional): clip :math:`c` of the straight-through gradient (``None``: no clip).
+        reg_weight (float): multiplies :math:`L_s` in ``aux_loss`` (e.g. ``1 / num_layers`` for the
+            code's mean over layers).
+        eval_seed (int, optional): seed of the evaluation generator.
+        chunk_size (int): fastRG draws (and gate-backward edges) processed at once.
+    """
+
+    def __init__(
+        self,
+        heads: int | None = None,
+        head_dim: int | None = None,
+        num_clusters: int = 128,
+        delta: float = 0.01,
+        delta_in_eval: bool = True,
+        sampler: str = "fastrg",
+        dedupe: bool = True,
+        self_loops: bool = False,
+        ste: str = "logit_bias",
+        ste_clip: float | None = 1.0,
+        reg_weight: float = 1.0,
+        eval_seed: int | None = 0,
+        chunk_size: int = 1 << 20,
+    ) -> None:
+        super().__init__()
+        self.heads = None if heads is None else check_positive_int("heads", heads)
+        self.head_dim = None if head_dim is None else check_positive_int("head_dim", head_dim)
+        self.num_clusters = check_positive_int("num_clusters", num_clusters)
+        self.delta = _non_negative("delta", delta)
+        self.delta_in_eval = bool(delta_in_eval)
+        if sampler not in SAMPLERS:
+            raise ValueError(f"'sampler' must be one of {SAMPLERS}, got {sampler!r}")
+        self.sampler = sampler
+        self.dedupe = bool(dedupe)
+        self.self_loops = bool(self_loops)
+        if ste not in STES:
+            raise ValueError(f"'ste' must be one of {STES}, got {ste!r}")
+        self.ste = ste
+        if ste_clip is not None and not (_non_negative("ste_clip", ste_clip) > 0):
+            raise ValueError(f"'ste_clip' must be a positive float or None, got {ste_clip!r}")
+        self.ste_clip = None if ste_clip is None else float(ste_clip)
+        self.reg_weight = _non_negative("reg_weight", reg_weight)
+        if eval_seed is not None and (isinstance(eval_seed, bool) or not isinstance(eval_seed, int)):
+            raise ValueError(f"'eval_seed' must be an int or None, got {eval_seed!r}")
+        self.eval_seed = eval_seed
+        self.chunk_size = check_positive_int("chunk_size", chunk_size)
+        self.register_parameter("clusters", None)
+        self.register_module("proj", None)
+        if self.heads is not None and self.head_dim is not None:
+            self._build(self.heads, self.head_dim)
+        self._register_load_state_dict_pre_hook(self._build_from_state_dict)
+
+    # ------------------------------------------------------------------ parameters
+    def _build(self, heads: int, head_dim: int, device: Any = None, dtype: Any = None) -> None:
+        self.heads, self.head_dim = heads, head_dim
+        self.clusters = nn.Parameter(
+            torch.empty(heads, self.num_clusters, head_dim, device=device, dtype=dtype))
+        self.proj = nn.Sequential(
+            nn.Linear(head_dim, head_dim, device=device, dtype=dtype),
+            nn.ReLU(),
+            nn.Linear(head_dim, head_dim, device=device, dtype=dtype),
+        )
+        self.reset_parameters()
+
+    def _build_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: Any) -> None:
+        key = prefix + "clusters"
+        if self.clusters is None and key in state_dict:
+            H, k, d = state_dict[key].shape
+            if k != self.num_clusters:
+                raise ValueError(f"the state dict has {k} clusters, this producer num_clusters="
+                                 f"{self.num_clusters}")
+            self._build(H, d, device=state_dict[key].device, dtype=state_dict[key].dtype)
+
+    def reset_parameters(self) -> None:
+        r"""Kaiming-normal clusters on the 3-D tensor (fan-in :math:`k d`, so
+        :math:`S \approx 1/k^2` and :math:`p \approx 0.25` at init) and default ``nn.Linear`` MLP."""
+        if self.clusters is None:
+            return
+        nn.init.kaiming_normal_(self.clusters)
+        for layer in self.proj:  # type: ignore[union-attr]
+            if isinstance(layer, nn.Linear):
+                layer.reset_parameters()
+
+    def _materialise(self, heads: int, head_dim: int, ref: Tensor) -> None:
+        if self.heads is not None and self.heads != heads:
+            raise ValueError(f"SBMEdges was built for heads={self.heads}, the layer has {heads}")
+        if self.head_dim is not None and self.head_dim != head_dim:
+            raise ValueError(f"SBMEdges was built for head_dim={self.head_dim}, the layer's queries "
+                             f"have {head_dim} channels per head")
+        if self.clusters is None:
+            dtype = ref.dtype if ref.dtype in (torch.float32, torch.float64) else torch.float32
+            self._build(heads, head_dim, device=ref.device, dtype=dtype)
+
+    # ---------------------------------------------------------------------- model
+    def sbm(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        r"""``(Q̂ [N, H, k], S [H, k, k], K̂ [N, H, k])`` from ``q, k [N, H, d]``."""
+        if self.clusters is None:
+            self._materialise(q.size(1), q.size(2), q)
+        assert self.proj is not None
+        C = self.clusters
+        return memberships(q, self.proj, C), block_matrix(C), memberships(k, self.proj, C)
+
+    def draw(self, Y: Tensor, S: Tensor, Z: Tensor, ptr: Tensor, *, delta: float,
+             generator: torch.Generator | None) -> tuple[SampledEdges, Tensor]:
+        """The sampling step on graph-sorted nodes: ``(edges, expected [G, H])`` (see
+        :func:`~graphattn.producers.sbm_sampling.fastrg_sample` / ``bernoulli_sample``)."""
+        if self.sampler == "fastrg":
+            return fastrg_sample(Y, S, Z, ptr, delta=delta, generator=generator,
+                                 chunk_size=self.chunk_size)
+        return bernoulli_sample(Y, S, Z, ptr, delta=delta, generator=generator)
+
+    # -------------------------------------------------------------------- produce
+    def produce(self, ctx: ProducerContext) -> EdgeSet:
+        q, k = ctx.query(), ctx.key()
+        if q.dim() != 3 or q.shape != k.shape or q.size(0) != ctx.num_nodes:
+            raise ValueError(f"SBMEdges needs the layer's queries and keys [N={ctx.num_nodes}, H, d], "
+                             f"got {list(q.shape)} and {list(k.shape)}")
+        N, H, d = q.shape
+        self._materialise(H, d, q)
+        if q.dtype not in (torch.float32, torch.float64):
+            q, k = q.float(), k.float()  # the SBM and the sampler run in fp32 under AMP
+        with torch.autocast(q.device.type, enabled=False):
+            Y, S, Z = self.sbm(q, k)
+        perm, ptr = _graph_sorted(ctx)
+        explore = self.delta > 0 and (ctx.training or self.delta_in_eval)
+        Ys, Zs = Y.detach(), Z.detach()
+        if perm is not None:
+            Ys, Zs = Ys[perm], Zs[perm]
+        drawn, expected = self.draw(Ys, S.detach(), Zs, ptr, delta=self.delta if explore else 0.0,
+                                    generator=self._generator(ctx))
+        if perm is not None:
+            drawn = drawn._replace(query=perm[drawn.query], key=perm[drawn.key])
+        if self.self_loops:
+            drawn = add_self_loops(drawn, N, H, dedupe_edges=self.dedupe)
+        elif self.dedupe and self.sampler == "fastrg":
+            drawn = dedupe(drawn, N, H)
+
+        gated = drawn.kind != SELF_LOOP
+        bias, count = self._gate(q, k, Y, S, Z, drawn, gated)
+        sizes = graph_sizes(ptr)
+        pairs = float((sizes.to(torch.float64) ** 2).sum())
+        reg = count / (H * pairs) if pairs else count * 0.0
+        origin_table = torch.tensor([origin_code(o) for o in _KIND_ORIGINS], device=q.device)
+        return EdgeSet(
+            torch.stack([drawn.key, drawn.query]),
+            head=drawn.head,
+            num_heads=H,
+            bias=bias,
+            origin=origin_table[drawn.kind],
+            aux_loss=reg * self.reg_weight,
+            stats=_stats(ctx, drawn, gated, expected, sizes, H),
+        )
+
+    def _gate(self, q: Tensor, k: Tensor, Y: Tensor, S: Tensor, Z: Tensor, drawn: SampledEdges,
+              gated: Tensor) -> tuple[Tensor | None, Tensor]:
+        """``(bias [E] or None, differentiable count of the gated edges)``."""
+        needs_grad = torch.is_grad_enabled() and (Y.requires_grad or Z.requires_grad or S.requires_grad)
+        if not needs_grad:
+            return None, gated.sum().to(Y.dtype)
+        mask = gated.to(Y.dtype)
+        gate = edge_gate(Y, key_projection(Z, S), drawn.query, drawn.key, drawn.head,
+                         clip=self.ste_clip, chunk=max(1, self.chunk_size >> 4)) * mask
+        bias = gate - mask  # forward value exactly 0
+        if self.ste == "logit_scale":
+            score = (q[drawn.query, drawn.head] * k[drawn.key, drawn.head]).sum(-1).detach()
+            bias = bias * (score / math.sqrt(q.size(-1)))
+        return bias, gate.sum()
+
+    def _generator(self, ctx: ProducerContext) -> torch.Generator | None:
+        if ctx.generator is not None:
+            return ctx.generator
+        if ctx.training or self.eval_seed is None:
+            return None
+        gen = torch.Generator(device=ctx.device)
+        gen.manual_seed(self.eval_seed)
+        return gen
+
+    def extra_repr(self) -> str:
+        return (f"heads={self.heads}, head_dim={self.head_dim}, num_clusters={self.num_clusters}, "
+                f"sampler={self.sampler!r}, delta={self.delta}, dedupe={self.dedupe}, "
+                f"self_loops={self.self_loops}, ste={self.ste!r}")
+
+
+def _non_negative(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or value < 0:
+        raise ValueError(f"'{name}' must be a finite non-negative float, got {value!r}")
+    return float(value)
+
+
+def _graph_sorted(ctx: ProducerContext) -> tuple[Tensor | None, Tensor]:
+    """``(perm, ptr)``: ``perm`` sorts the nodes by graph (``None`` if ``batch`` is sorted), ``ptr``
+    is the CSR pointer of the sorted order."""
+    if ctx.is_sorted:
+        return None, ctx.ptr
+    perm = torch.argsort(ctx.batch, stable=True)
+    counts = torch.bincount(ctx.batch, minlength=ctx.num_graphs)
+    return perm, torch.cat([counts.new_zeros(1), counts.cumsum(0)])
+
+
+def _stats(ctx: ProducerContext, drawn: SampledEdges, gated: Tensor, expected: Tensor,
+           sizes: Tensor, H: int) -> dict[str, Any]:
+    G = sizes.numel()
+    n2 = sizes.to(torch.float64) ** 2
+    pairs = float(n2.sum())
+    gh = ctx.batch[drawn.query[gated]] * H + drawn.head[gated]
+    sampled = torch.bincount(gh, minlength=G * H).view(G, H)
+    density = torch.where(n2[:, None] > 0, sampled / n2[:, None].clamp(min=1), torch.zeros_like(n2[:, None]))
+    nonempty = sizes > 0
+    denom = H * pairs if pairs else 1.0
+    stats: dict[str, Any] = {
+        "density": float(sampled.sum()) / denom,
+        "expected_density": float(expected.sum()) / denom,
+        "graph_density": float(density[nonempty].mean()) if bool(nonempty.any()) else 0.0,
+        "sampled_edges": float(sampled.sum()),
+        "expected_edges": float(expected.sum()),
+        "edges_per_node": drawn.num_edges / max(ctx.num_nodes, 1),
+    }
+    for h in range(H):
+        stats[f"density_head{h}"] = float(sampled[:, h].sum()) / (pairs or 1.0)
+    # [G, H] tensors, nested so that loggers of scalar statistics skip them
+    stats["per_graph_head"] = {"sampled_edges": sampled, "expected_edges": expected, "density": density}
+    return stats

@@ -1,0 +1,579 @@
+r"""Sampling for the SBM-Transformer producer (:mod:`graphattn.producers.sbm`).
+
+A mixed-membership stochastic block model per graph :math:`g` and head :math:`h` is given by
+non-negative memberships :math:`Y, Z \in \mathbb{R}_+^{n_g \times k}` (queries, keys) and a block
+matrix :math:`B \in \mathbb{R}_+^{k \times k}`; the expected adjacency is :math:`\mathbb{E}[M] = Y B
+Z^\top`, i.e. :math:`\lambda_{ij} = \sum_{u,v} Y_{iu} B_{uv} Z_{jv}`.
+
+Two samplers, both batched over graphs and heads (``Y, Z [N, H, k]`` for all nodes of a batch whose
+graphs are contiguous, ``ptr [G + 1]``, ``B [H, k, k]``):
+
+* :func:`fastrg_sample` — exact Algorithm 1 of the paper (fastRG, Rohe et al. 2018) per (graph, head):
+  with column sums :math:`y = 1^\top Y`, :math:`z = 1^\top Z` and :math:`\bar B = \operatorname{diag}(y)
+  B \operatorname{diag}(z)`, draw :math:`m \sim \operatorname{Poisson}(1^\top \bar B 1)`, then for each
+  of the :math:`m` edges a block pair :math:`(U, V) \propto \bar B_{UV}` **jointly**, a query
+  :math:`I \sim Y_{:,U} / y_U` and a key :math:`J \sim Z_{:,V} / z_V`, both inside graph :math:`g`.
+  By Poisson splitting the multiplicity of each pair is :math:`N_{ij} \sim
+  \operatorname{Poisson}(\lambda_{ij})`, independent over pairs; after de-duplication
+  :math:`P(M_{ij} = 1) = 1 - e^{-\lambda_{ij}}`. Exploration adds :math:`\operatorname{Poisson}(\delta
+  n_g^2)` uniform pairs per (graph, head), i.e. :math:`\lambda_{ij} = p_{ij} + \delta`. Cost: the
+  inverse-CDF tables, :math:`O(NHk + GHk^2)`, then :math:`O(1)` expected per drawn edge (guide
+  tables; a binary search when there are few draws per table entry); no :math:`n^2` term and no
+  Python loop over nodes or graphs.
+* :func:`bernoulli_sample` — the dense path of the official code: :math:`M_{ij} \sim
+  \operatorname{Bernoulli}(\operatorname{clamp}(p_{ij} + \delta, 0, 1))` independently,
+  :math:`O(\sum_g n_g^2 k)` time, memory bounded by query-row blocks. The reference for small graphs.
+
+Plus :func:`expected_num_edges`, :func:`dedupe`, :func:`add_self_loops`, :func:`edge_probability` and
+:func:`edge_gate` (the straight-through gate, a custom autograd function whose backward scatters the
+gradient of :math:`p_e` in :math:`O(Ek)` without materialising ``[E, k]`` tensors at once).
+
+Edges are returned as :class:`SampledEdges` (``query`` = target :math:`i`, ``key`` = source :math:`j`,
+``head``, ``kind``); the producer turns them into an :class:`~graphattn.EdgeSet` with
+``edge_index = [key; query]`` (PyG: source → target).
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import torch
+from torch import Tensor
+from torch.autograd import Function
+from torch.autograd.function import once_differentiable
+
+#: edge kinds, in the priority order of :func:`dedupe` (an SBM draw beats an exploration draw beats an
+#: added self-loop)
+SAMPLED, EXPLORATION, SELF_LOOP = 0, 1, 2
+_NUM_KINDS = 3
+
+
+class SampledEdges(NamedTuple):
+    """Drawn edges (all ``[E]`` long): ``query`` (target :math:`i`), ``key`` (source :math:`j`),
+    ``head`` and ``kind`` (:data:`SAMPLED`, :data:`EXPLORATION` or :data:`SELF_LOOP`)."""
+
+    query: Tensor
+    key: Tensor
+    head: Tensor
+    kind: Tensor
+
+    @property
+    def num_edges(self) -> int:
+        return int(self.query.numel())
+
+    def take(self, index: Tensor) -> SampledEdges:
+        return SampledEdges(self.query[index], self.key[index], self.head[index], self.kind[index])
+
+    @staticmethod
+    def empty(device: torch.device | str | None = None) -> SampledEdges:
+        e = torch.empty(0, dtype=torch.long, device=device)
+        return SampledEdges(e, e.clone(), e.clone(), e.clone())
+
+    @staticmethod
+    def cat(parts: list[SampledEdges], device: torch.device | str | None = None) -> SampledEdges:
+        parts = [p for p in parts if p.num_edges]
+        if not parts:
+            return SampledEdges.empty(device)
+        if len(parts) == 1:
+            return parts[0]
+        return SampledEdges(*(torch.cat(cols) for cols in zip(*parts, strict=True)))
+
+
+# ------------------------------------------------------------------------------------ the model
+def block_matrix(clusters: Tensor) -> Tensor:
+    r"""``S [H, k, k]`` = :math:`\operatorname{softmax}(C_h C_h^\top)` over **all** :math:`k^2` entries
+    of each head (so :math:`\sum_{u,v} S_{uv} = 1`), from ``clusters [H, k, d]``."""
+    H, k, _ = clusters.shape
+    logits = torch.einsum("hud,hvd->huv", clusters, clusters)
+    return torch.softmax(logits.reshape(H, k * k), dim=-1).view(H, k, k)
+
+
+def memberships(x: Tensor, proj: torch.nn.Module, clusters: Tensor) -> Tensor:
+    r"""``[N, H, k]`` = :math:`\sigma(\operatorname{MLP}(x_h) C_h^\top)` for ``x [N, H, d]`` (one MLP
+    shared by all heads, per-head clusters ``[H, k, d]``)."""
+    return torch.sigmoid(torch.einsum("nhd,hkd->nhk", proj(x), clusters))
+
+
+def key_projection(Z: Tensor, B: Tensor) -> Tensor:
+    r"""``W [N, H, k]`` with :math:`W_{j,u} = \sum_v B_{uv} Z_{jv}` (:math:`Z B^\top`), so that
+    :math:`p_{ij} = Y_i \cdot W_j`."""
+    return torch.einsum("nhv,huv->nhu", Z, B)
+
+
+def check_sbm(Y: Tensor, B: Tensor, Z: Tensor, ptr: Tensor) -> None:
+    """Validates the sampler inputs (shapes, dtypes, a CSR ``ptr`` over the ``N`` nodes)."""
+    for name, t in (("Y", Y), ("Z", Z)):
+        if not isinstance(t, Tensor) or t.dim() != 3 or not t.is_floating_point():
+            raise ValueError(f"'{name}' must be a floating-point tensor [N, H, k], got "
+                             f"{getattr(t, 'shape', type(t).__name__)}")
+    if Y.shape != Z.shape:
+        raise ValueError(f"'Y' and 'Z' must have the same shape [N, H, k], got {list(Y.shape)} and "
+                         f"{list(Z.shape)}")
+    N, H, k = Y.shape
+    if not isinstance(B, Tensor) or B.shape != (H, k, k) or not B.is_floating_point():
+        raise ValueError(f"'B' must be a floating-point tensor [H={H}, k={k}, k={k}], got "
+                         f"{getattr(B, 'shape', type(B).__name__)}")
+    if not isinstance(ptr, Tensor) or ptr.dim() != 1 or ptr.dtype != torch.long or ptr.numel() < 1:
+        raise ValueError(f"'ptr' must be a 1-D long tensor [G + 1], got "
+                         f"{getattr(ptr, 'shape', type(ptr).__name__)}")
+    if int(ptr[0]) != 0 or int(ptr[-1]) != N or bool((ptr[1:] < ptr[:-1]).any()):
+        raise ValueError(f"'ptr' must be non-decreasing from 0 to N={N}, got {ptr.tolist()[:8]}...")
+
+
+def _check_values(Y: Tensor, B: Tensor, Z: Tensor) -> None:
+    for name, t in (("Y", Y), ("B", B), ("Z", Z)):
+        if t.numel() == 0:
+            continue
+        if not bool(torch.isfinite(t.sum())):  # one reduction catches NaN and inf
+            raise FloatingPointError(f"SBM '{name}' contains NaN or infinite values (diverged "
+                                     f"cluster embeddings or memberships?)")
+        if float(t.min()) < 0:
+            raise ValueError(f"SBM '{name}' must be non-negative")
+
+
+def graph_sizes(ptr: Tensor) -> Tensor:
+    """``[G]`` node counts from a CSR pointer."""
+    return ptr[1:] - ptr[:-1]
+
+
+def graph_of_nodes(ptr: Tensor) -> Tensor:
+    """``[N]`` graph id of each node from a CSR pointer."""
+    G = ptr.numel() - 1
+    return torch.repeat_interleave(torch.arange(G, device=ptr.device), graph_sizes(ptr))
+
+
+def column_sums(Y: Tensor, ptr: Tensor) -> Tensor:
+    """``[G, H, k]`` per-graph column sums of ``Y [N, H, k]`` (differentiable)."""
+    G = ptr.numel() - 1
+    out = Y.new_zeros((G, *Y.shape[1:]))
+    return out.index_add(0, graph_of_nodes(ptr), Y)
+
+
+def expected_num_edges(Y: Tensor, B: Tensor, Z: Tensor, ptr: Tensor, delta: float = 0.0) -> Tensor:
+    r"""``[G, H]`` expected number of drawn edges (multi-edges counted, before de-duplication):
+    :math:`\Lambda_{gh} = y_{gh} B_h z_{gh}^\top + \delta n_g^2 = \sum_{i, j \in g} (p_{ij} + \delta)`,
+    in :math:`O(NHk + GHk^2)` (differentiable in ``Y, B, Z``)."""
+    check_sbm(Y, B, Z, ptr)
+    ys, zs = column_sums(Y, ptr), column_sums(Z, ptr)
+    lam = torch.einsum("ghu,huv,ghv->gh", ys, B, zs)
+    if delta:
+        n = graph_sizes(ptr).to(lam.dtype)
+        lam = lam + delta * (n * n)[:, None]
+    return lam
+
+
+# ------------------------------------------------------------------------------------- fastRG
+def _table_search(keys: Tensor, guide: Tensor | None, start: Tensor, length: Tensor | int,
+                  offset: Tensor, u: Tensor) -> Tensor:
+    r"""Inverse-CDF draws from many discrete distributions stored as segments of one flat table.
+
+    Segment ``s`` occupies ``keys[start_s : start_s + length_s]``, its keys are :math:`F_s + c_s`
+    with :math:`F_s` its CDF (non-decreasing, last value 1) and ``offset`` :math:`= c_s`. Returns,
+    per draw, the first index ``p`` of its segment with ``keys[p] > u + offset``, i.e. element
+    :math:`t` with probability :math:`F_s(t) - F_s(t - 1)` (up to the float64 resolution of the
+    offsets, about :math:`2^{-52} \max c`). With a ``guide`` table (Chen 1974; ``guide[start_s + t]`` =
+    the first index with :math:`F_s > t / \text{length}_s`) the search starts there and walks
+    forward, less than one step per draw on average; without, it is a binary search over the table.
+    """
+    last = start + (length - 1)
+    target = u + offset
+    if guide is None:
+        pos = torch.searchsorted(keys, target, right=True)
+        return torch.minimum(torch.maximum(pos, start), last)
+    t = (u * length).long() if isinstance(length, int) else (u * length.to(u.dtype)).long()
+    pos = guide[torch.minimum(start + t, last)]
+    idx = ((keys[pos] <= target) & (pos < last)).nonzero().squeeze(1)
+    while idx.numel():
+        p = pos[idx] + 1
+        pos[idx] = p
+        idx = idx[(keys[p] <= target[idx]) & (p < last[idx])]
+    return pos
+
+
+def _guide(F: Tensor, length: Tensor | int, seg_start: Tensor, seg_end: Tensor) -> Tensor:
+    r"""Guide table of the CDF values ``F`` (a table of consecutive segments; ``length``,
+    ``seg_start`` (flat index of the segment's first element) and ``seg_end`` (is the element its
+    segment's last?) broadcast against ``F``): ``guide[start_s + t]`` = the first index of segment
+    ``s`` with :math:`F > t / L_s`. One pass, no search: element :math:`m` owns the cells
+    :math:`t \in [\lceil L F_{m-1} \rceil, \lceil L F_m \rceil)` of its segment."""
+    L = torch.as_tensor(length, dtype=F.dtype, device=F.device)
+    cells = torch.where(seg_end, L, torch.minimum(torch.ceil(F * L), L)) + seg_start
+    owned = torch.diff(cells.reshape(-1), prepend=cells.new_zeros(1)).long()
+    return torch.repeat_interleave(torch.arange(owned.numel(), device=F.device), owned,
+                                   output_size=owned.numel())
+
+
+class _NodeTables(NamedTuple):
+    """Inverse-CDF tables of every (head, cluster) column of ``Y`` within every graph of a block of
+    graphs: segment ``(r, g)`` at ``r * Nb + ptr_g``, length ``n_g``, offset ``base_g + col_offset_r``."""
+
+    keys: Tensor  # [R * Nb] float64
+    guide: Tensor | None  # [R * Nb] long
+    base: Tensor  # [Gb] float64: non-empty graphs before g in the block
+    col_offset: Tensor  # [R] float64: r (Gb + 1)
+
+
+def _node_tables(Y: Tensor, lptr: Tensor, batch: Tensor, with_guide: bool) -> _NodeTables:
+    r"""Tables for ``Y [Nb, H, k]`` of a block of graphs (local CSR pointer ``lptr``, local ``batch``).
+
+    Each column is normalised within each graph (uniform where its mass there is 0: a column that is
+    never drawn) and cumulated over all nodes, so the running sum is :math:`a_g + F_{r,g}` with
+    :math:`a_g` the number of non-empty graphs before :math:`g`; adding :math:`r (G_b + 1)` separates
+    the columns. Cost :math:`O(N_b H k)`.
+    """
+    Nb, R = Y.size(0), Y.shape[1] * Y.shape[2]
+    Gb = lptr.numel() - 1
+    dev = Y.device
+    sizes = graph_sizes(lptr)
+    Yf = Y.reshape(Nb, R).to(torch.float64)
+    mass = Yf.new_zeros(Gb, R).index_add_(0, batch, Yf)
+    empty = mass <= 0
+    inv = 1.0 / torch.where(empty, torch.ones_like(mass), mass)
+    if bool(empty.any()):  # columns without mass in a graph: uniform (never drawn)
+        Yf = torch.where(empty[batch], torch.ones_like(Yf), Yf)
+        inv = torch.where(empty, (1.0 / sizes.clamp(min=1).to(torch.float64))[:, None], inv)
+    running = (Yf * inv[batch]).T.contiguous().cumsum_(-1)  # [R, Nb]: a_g + F
+    nonempty = (sizes > 0).to(torch.float64)
+    base = nonempty.cumsum(0) - nonempty
+    col_offset = torch.arange(R, device=dev, dtype=torch.float64) * (Gb + 1)
+    guide = None
+    if with_guide:
+        seg_start = (torch.arange(R, device=dev) * Nb)[:, None] + lptr[batch][None, :]
+        is_end = (torch.arange(Nb, device=dev) == lptr[batch + 1] - 1)[None, :]
+        guide = _guide(running - base[batch][None, :], sizes[batch][None, :], seg_start, is_end)
+    running += col_offset[:, None]
+    return _NodeTables(running.reshape(-1), guide, base, col_offset)
+
+
+def _draw_counts(rate: Tensor, generator: torch.Generator | None) -> Tensor:
+    if rate.numel() == 0:
+        return torch.zeros(rate.shape, dtype=torch.long, device=rate.device)
+    return torch.poisson(rate, generator=generator).long()
+
+
+def _chunks(counts: Tensor, chunk_size: int):
+    """Yields ``(rows [P], pieces [P])``: consecutive pieces of at most ``chunk_size`` draws in all,
+    ``pieces[p]`` draws of row ``rows[p]`` (rows with more draws are split), rows in order."""
+    rows = counts.nonzero().squeeze(1)
+    cnt = counts[rows]
+    if cnt.numel() == 0:
+        return
+    if int(cnt.max()) > chunk_size:  # split big rows into pieces
+        npieces = (cnt + chunk_size - 1) // chunk_size
+        rows = rows.repeat_interleave(npieces)
+        first = torch.cumsum(npieces, 0) - npieces
+        piece = torch.arange(rows.numel(), device=counts.device) - first.repeat_interleave(npieces)
+        cnt = torch.clamp(cnt.repeat_interleave(npieces) - piece * chunk_size, max=chunk_size)
+    chunk = torch.div(cnt.cumsum(0) - cnt, chunk_size, rounding_mode="floor")
+    _, sizes = torch.unique_consecutive(chunk, return_counts=True)
+    yield from zip(rows.split(sizes.tolist()), cnt.split(sizes.tolist()), strict=True)
+
+
+def _graph_blocks(ptr: Tensor, heads: int, k: int, max_table: int) -> list[tuple[int, int]]:
+    """Consecutive graph ranges whose tables (:math:`n_g H k` node entries and :math:`H k^2`
+    block-pair entries per graph) stay near ``max_table`` entries (a graph is never split)."""
+    G = ptr.numel() - 1
+    if G == 0:
+        return []
+    cost = graph_sizes(ptr) * heads * k + heads * k * k
+    block = torch.div(cost.cumsum(0) - cost, max_table, rounding_mode="floor")
+    _, counts = torch.unique_consecutive(block, return_counts=True)
+    ends = counts.cumsum(0).tolist()
+    return list(zip([0, *ends[:-1]], ends, strict=True))
+
+
+def _fastrg_block(Y: Tensor, B: Tensor, Z: Tensor, ptr: Tensor, ga: int, gb: int, counts: Tensor,
+                  generator: torch.Generator | None, chunk_size: int,
+                  guide: bool | None) -> list[SampledEdges]:
+    """The SBM draws of graphs ``ga .. gb - 1``; ``counts [(gb - ga) H k]`` edges per (graph, head, U)."""
+    total = int(counts.sum())
+    if total == 0:
+        return []
+    H, k = Y.shape[1], Y.shape[2]
+    dev = Y.device
+    n0, n1 = int(ptr[ga]), int(ptr[gb])
+    Nb, Gb = n1 - n0, gb - ga
+    lptr = ptr[ga:gb + 1] - n0
+    sizes = graph_sizes(lptr)
+    batch = graph_of_nodes(lptr)
+    # guide tables pay for themselves once there are enough draws per table entry
+    node_guide = 8 * total >= Nb * H * k if guide is None else guide
+    yt = _node_tables(Y[n0:n1], lptr, batch, node_guide)
+    zt = _node_tables(Z[n0:n1], lptr, batch, node_guide)
+    # V | U = u ∝ B[u, :] z: one segment of k entries per row ρ = (graph, head, u), offset ρ
+    rows = Gb * H * k
+    zs = column_sums(Z[n0:n1].to(torch.float64), lptr)
+    cdf = (B.to(torch.float64)[None] * zs[:, :, None, :]).reshape(rows, k).cumsum_(-1)
+    cdf /= torch.where(cdf[:, -1:] > 0, cdf[:, -1:], torch.ones_like(cdf[:, -1:]))
+    row_f = torch.arange(rows, device=dev, dtype=torch.float64)
+    v_start = torch.arange(rows, device=dev) * k
+    v_guide = None
+    if (8 * total >= rows * k) if guide is None else guide:
+        v_guide = _guide(cdf, k, v_start[:, None], (torch.arange(k, device=dev) == k - 1)[None, :])
+    v_keys = (cdf + row_f[:, None]).reshape(-1)
+    del cdf
+    # per-row values, repeated per edge (edges come grouped by row)
+    g_row = torch.arange(Gb, device=dev).repeat_interleave(H * k)
+    col_row = torch.arange(H * k, device=dev).repeat(Gb)
+    first_row = lptr[g_row]
+    tables = {
+        "v_start": v_start, "v_off": row_f, "h": torch.div(col_row, k, rounding_mode="floor"),
+        "first": first_row, "n": sizes[g_row], "base": yt.base[g_row],
+        "i_start": col_row * Nb + first_row, "i_off": yt.base[g_row] + yt.col_offset[col_row],
+    }
+    parts = []
+    for rsel, cnt in _chunks(counts, chunk_size):
+        E = int(cnt.sum())
+        e = {name: torch.repeat_interleave(t[rsel], cnt, output_size=E) for name, t in tables.items()}
+        u = torch.rand(3, E, generator=generator, dtype=torch.float64, device=dev)
+        v = _table_search(v_keys, v_guide, e["v_start"], k, e["v_off"], u[0]) - e["v_start"]
+        first, n_g = e["first"], e["n"]
+        i = _table_search(yt.keys, yt.guide, e["i_start"], n_g, e["i_off"], u[1]) - e["i_start"]
+        col = e["h"] * k + v
+        start = col * Nb + first
+        j = _table_search(zt.keys, zt.guide, start, n_g, e["base"] + zt.col_offset[col], u[2]) - start
+        parts.append(SampledEdges(i + first + n0, j + first + n0, e["h"], torch.full_like(i, SAMPLED)))
+    return parts
+
+
+def fastrg_sample(
+    Y: Tensor,
+    B: Tensor,
+    Z: Tensor,
+    ptr: Tensor,
+    *,
+    delta: float = 0.0,
+    generator: torch.Generator | None = None,
+    chunk_size: int = 1 << 20,
+    max_table: int = 1 << 22,
+    guide: bool | None = None,
+) -> tuple[SampledEdges, Tensor]:
+    r"""Exact batched fastRG (Algorithm 1) per (graph, head), plus :math:`\delta`-exploration.
+
+    Lines 4 and 7 of Algorithm 1 (:math:`m \sim \operatorname{Poisson}(1^\top \bar B 1)`, then
+    :math:`m` block pairs :math:`(U, V) \propto \bar B`) are drawn in their Poisson-split form, which
+    has the same joint law: the number of edges with :math:`U = u` is
+    :math:`\operatorname{Poisson}(\sum_v \bar B_{uv})`, independently over :math:`u`, and each of them
+    draws :math:`V \mid U = u \propto \bar B_{u,:}` (lines 8-9: :math:`I \sim \bar Y_{:,U}`,
+    :math:`J \sim \bar Z_{:,V}` inside the graph). Every draw inverts a CDF with a guide table (about
+    one comparison per draw); edges come out grouped by (graph, head, :math:`U`), which keeps the
+    query tables cache-hot. Graphs are processed in blocks whose tables hold about ``max_table``
+    entries, and edges in chunks of ``chunk_size``.
+
+    Args:
+        Y, Z: ``[N, H, k]`` non-negative query / key memberships; the nodes of graph :math:`g` are
+            ``ptr[g] .. ptr[g+1] - 1``.
+        B: ``[H, k, k]`` non-negative block matrix.
+        ptr: ``[G + 1]`` CSR pointer of the graphs.
+        delta: exploration rate (:math:`\operatorname{Poisson}(\delta n_g^2)` extra uniform pairs).
+        generator: random generator (the draws are a deterministic function of its state).
+        chunk_size: drawn edges processed at once.
+        max_table: table entries per block of graphs (bounds the temporary memory, about 50 bytes
+            per entry).
+        guide: use guide tables (``None``: when there are at least 1/8 draws per table entry).
+
+    Returns:
+        ``(edges, expected)``: the drawn multi-edges (not de-duplicated; SBM draws first, then the
+        exploration draws, kind :data:`EXPLORATION`), and ``expected [G, H]`` =
+        :math:`\mathbb{E}[m_{gh}]` (:func:`expected_num_edges`, float64).
+    """
+    check_sbm(Y, B, Z, ptr)
+    Y, B, Z = Y.detach(), B.detach(), Z.detach()
+    _check_values(Y, B, Z)
+    H, k = Y.shape[1], Y.shape[2]
+    G = ptr.numel() - 1
+    dev = Y.device
+    n = graph_sizes(ptr)
+    ys, zs = column_sums(Y.to(torch.float64), ptr), column_sums(Z.to(torch.float64), ptr)
+    rate = ys * torch.einsum("huv,ghv->ghu", B.to(torch.float64), zs)  # [G, H, k]: Σ_v B̄[u, v]
+    if not bool(torch.isfinite(rate).all()):
+        raise FloatingPointError("SBM expected edge count is not finite")
+    counts = _draw_counts(rate.reshape(-1), generator)  # edges per (graph, head, U)
+    explore_rate = (delta * (n * n).to(torch.float64))[:, None].expand(G, H).reshape(-1)
+    mx = _draw_counts(explore_rate, generator) if delta > 0 else torch.zeros(0, dtype=torch.long)
+    expected = rate.sum(-1) + explore_rate.view(G, H)
+
+    parts: list[SampledEdges] = []
+    for ga, gb in _graph_blocks(ptr, H, k, max_table):
+        parts += _fastrg_block(Y, B, Z, ptr, ga, gb, counts[ga * H * k:gb * H * k], generator,
+                               chunk_size, guide)
+    if int(mx.sum()):
+        for gh, cnt in _chunks(mx, chunk_size):
+            gh = torch.repeat_interleave(gh, cnt)
+            u = torch.rand(2, gh.numel(), generator=generator, dtype=torch.float64, device=dev)
+            g, h = torch.div(gh, H, rounding_mode="floor"), gh % H
+            size = n[g]
+            i = ptr[g] + torch.minimum((u[0] * size).long(), size - 1)
+            j = ptr[g] + torch.minimum((u[1] * size).long(), size - 1)
+            parts.append(SampledEdges(i, j, h, torch.full_like(i, EXPLORATION)))
+    return SampledEdges.cat(parts, dev), expected
+
+
+# ------------------------------------------------------------------------------------ Bernoulli
+def bernoulli_sample(
+    Y: Tensor,
+    B: Tensor,
+    Z: Tensor,
+    ptr: Tensor,
+    *,
+    delta: float = 0.0,
+    generator: torch.Generator | None = None,
+    max_elements: int = 1 << 24,
+) -> tuple[SampledEdges, Tensor]:
+    r"""Dense Bernoulli sampling (the official code's path): :math:`M_{ij} \sim
+    \operatorname{Bernoulli}(\operatorname{clamp}(p_{ij} + \delta, 0, 1))` for every pair of every
+    graph and head, with :math:`p = Y B Z^\top` computed in the dtype of ``Y`` on padded graphs, in
+    blocks of query rows of at most ``max_elements`` probabilities.
+
+    Returns ``(edges, expected)``: the sampled edges (distinct, kind :data:`SAMPLED`) and ``expected
+    [G, H]`` = :math:`\sum_{i,j \in g} \operatorname{clamp}(p_{ij} + \delta, 0, 1)`.
+    """
+    check_sbm(Y, B, Z, ptr)
+    Y, B, Z = Y.detach(), B.detach(), Z.detach()
+    _check_values(Y, B, Z)
+    N, H, k = Y.shape
+    G = ptr.numel() - 1
+    dev = Y.device
+    n = graph_sizes(ptr)
+    n_max = int(n.max()) if G else 0
+    expected = torch.zeros(G, H, dtype=torch.float64, device=dev)
+    if N == 0 or n_max == 0:
+        return SampledEdges.empty(dev), expected
+    batch = graph_of_nodes(ptr)
+    local = torch.arange(N, device=dev) - ptr[batch]
+    Yp = Y.new_zeros(G, n_max, H, k)
+    Wp = Y.new_zeros(G, n_max, H, k)
+    Yp[batch, local] = Y
+    Wp[batch, local] = key_projection(Z, B)
+    Yp, Wt = Yp.transpose(1, 2).contiguous(), Wp.permute(0, 2, 3, 1).contiguous()  # [G,H,n,k], [G,H,k,n]
+    padded = bool((n < n_max).any())
+    key_ok = torch.arange(n_max, device=dev)[None, :] < n[:, None]  # [G, n_max]
+    rows_per_block = max(1, max_elements // max(G * H * n_max, 1))
+    parts: list[SampledEdges] = []
+    for a in range(0, n_max, rows_per_block):
+        b = min(a + rows_per_block, n_max)
+        prob = torch.matmul(Yp[:, :, a:b], Wt).add_(delta).clamp_(0.0, 1.0)  # [G, H, b-a, n_max]
+        if padded:
+            ok = key_ok[:, None, None, :] & key_ok[:, None, a:b, None]
+            prob.masked_fill_(~ok, 0.0)
+        expected += prob.sum((-1, -2)).to(torch.float64)
+        hit = torch.rand(prob.shape, generator=generator, dtype=prob.dtype, device=dev) < prob
+        g, h, il, jl = hit.nonzero(as_tuple=True)
+        i, j = ptr[g] + il + a, ptr[g] + jl
+        parts.append(SampledEdges(i, j, h, torch.full_like(i, SAMPLED)))
+    return SampledEdges.cat(parts, dev), expected
+
+
+# ------------------------------------------------------------------------- dedupe, self-loops
+def dedupe(edges: SampledEdges, num_nodes: int, num_heads: int) -> SampledEdges:
+    """Distinct ``(query, head, key)`` edges, sorted by query, then head, then key (the layer's CSR
+    order). Of several copies the one of the lowest ``kind`` is kept (an SBM draw beats an exploration
+    draw beats an added self-loop)."""
+    if edges.num_edges == 0:
+        return edges
+    N, H = num_nodes, num_heads
+    if N * N * H * _NUM_KINDS >= 2**62:
+        raise ValueError(f"too many nodes ({N}) x heads ({H}) to de-duplicate with int64 keys")
+    key = ((edges.query * H + edges.head) * N + edges.key) * _NUM_KINDS + edges.kind
+    key = torch.unique(key, sorted=True)
+    base = torch.div(key, _NUM_KINDS, rounding_mode="floor")
+    first = torch.ones_like(base, dtype=torch.bool)
+    first[1:] = base[1:] != base[:-1]
+    key, base = key[first], base[first]
+    kind = key - base * _NUM_KINDS
+    src = base % N
+    rest = torch.div(base, N, rounding_mode="floor")
+    return SampledEdges(torch.div(rest, H, rounding_mode="floor"), src, rest % H, kind)
+
+
+def add_self_loops(edges: SampledEdges, num_nodes: int, num_heads: int, *,
+                   dedupe_edges: bool = True) -> SampledEdges:
+    """Adds the loop ``(i, i, h)`` for every node and head that has none (kind :data:`SELF_LOOP`).
+
+    With ``dedupe_edges`` the result is de-duplicated (:func:`dedupe`), so a sampled loop keeps its
+    kind; otherwise loops are appended only where no drawn loop exists and multi-edges stay."""
+    N, H = num_nodes, num_heads
+    dev = edges.query.device
+    loops = torch.arange(N, device=dev).repeat_interleave(H)
+    head = torch.arange(H, device=dev).repeat(N)
+    if dedupe_edges:
+        extra = SampledEdges(loops, loops, head, torch.full_like(loops, SELF_LOOP))
+        return dedupe(SampledEdges.cat([edges, extra], dev), N, H)
+    has = torch.zeros(N * H, dtype=torch.bool, device=dev)
+    is_loop = edges.query == edges.key
+    has[(edges.query * H + edges.head)[is_loop]] = True
+    keep = ~has
+    extra = SampledEdges(loops[keep], loops[keep], head[keep], torch.full_like(loops[keep], SELF_LOOP))
+    return SampledEdges.cat([edges, extra], dev)
+
+
+# -------------------------------------------------------------------------- edge probabilities
+def edge_probability(Y: Tensor, B: Tensor, Z: Tensor, query: Tensor, key: Tensor,
+                     head: Tensor) -> Tensor:
+    r"""``[E]`` :math:`p_e = Y_{i_e h_e} B_{h_e} Z_{j_e h_e}^\top` (plain autograd, ``O(Ek)`` memory)."""
+    W = key_projection(Z, B)
+    return (Y[query, head] * W[key, head]).sum(-1)
+
+
+class _EdgeGate(Function):
+    """``forward``: ``1`` (straight-through) or :math:`p_e = Y_{r_e} \\cdot W_{s_e}`; ``backward``: the
+    gradient of :math:`p_e` times the (optionally clipped) incoming gradient, as sparse-dense
+    products."""
+
+    @staticmethod
+    def forward(ctx: Any, Y: Tensor, W: Tensor, rows_q: Tensor, rows_k: Tensor,
+                straight_through: bool, clip: float | None, chunk: int) -> Tensor:
+        ctx.save_for_backward(Y, W, rows_q, rows_k)
+        ctx.clip, ctx.chunk = clip, chunk
+        if straight_through:
+            return Y.new_ones(rows_q.numel())
+        out = Y.new_empty(rows_q.numel())
+        for a in range(0, rows_q.numel(), chunk):
+            b = a + chunk
+            out[a:b] = (Y[rows_q[a:b]] * W[rows_k[a:b]]).sum(-1)
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
+        Y, W, rows_q, rows_k = ctx.saved_tensors
+        if ctx.clip is not None:
+            grad = grad.clamp(-ctx.clip, ctx.clip)
+        # ∂p_e/∂Y[r_e] = W[s_e], ∂p_e/∂W[s_e] = Y[r_e]: two sparse-dense products with the
+        # [NH, NH] matrix of the edge gradients (no [E, k] temporaries)
+        gY = gW = None
+        if ctx.needs_input_grad[0] or ctx.needs_input_grad[1]:
+            A = torch.sparse_coo_tensor(torch.stack([rows_q, rows_k]), grad.contiguous(),
+                                        (Y.size(0), W.size(0)), check_invariants=False)
+            if ctx.needs_input_grad[0]:
+                gY = torch.sparse.mm(A, W)
+            if ctx.needs_input_grad[1]:
+                gW = torch.sparse.mm(A.t(), Y)
+        return gY, gW, None, None, None, None, None
+
+
+def edge_gate(
+    Y: Tensor,
+    W: Tensor,
+    query: Tensor,
+    key: Tensor,
+    head: Tensor,
+    *,
+    straight_through: bool = True,
+    clip: float | None = 1.0,
+    chunk: int = 1 << 16,
+) -> Tensor:
+    r"""The straight-through edge gate ``[E]`` of the SBM edges.
+
+    Forward: :math:`1` per edge (``straight_through=True``; :math:`p_e` itself otherwise). Backward:
+    :math:`\partial L / \partial p_e := \operatorname{clamp}(\partial L / \partial \text{gate}_e,
+    -\text{clip}, \text{clip})` (hardtanh for ``clip=1``, as the official ``STE.py``), propagated to
+    ``Y [N, H, k]`` and ``W = Z B^\top [N, H, k]`` (:func:`key_projection`) through
+    :math:`p_e = Y_{i_e h_e} \cdot W_{j_e h_e}` by two sparse-dense products, :math:`O(Ek)` time and no
+    ``[E, k]`` temporary (the value forward runs in chunks of ``chunk`` edges).
+    """
+    N, H, k = Y.shape
+    rows_q = query * H + head
+    rows_k = key * H + head
+    return _EdgeGate.apply(Y.reshape(N * H, k), W.reshape(N * H, k), rows_q, rows_k,
+                           straight_through, clip, chunk)
