@@ -1,0 +1,300 @@
+r"""The Converter preset (Zhang et al., "Converting Transformers into DGNNs Form"): the paper's block.
+
+.. math::
+    E &= \operatorname{Drop}\big(\operatorname{ScaleNorm}(h + \operatorname{GRU}_2(h))\big)
+        \quad\text{(recurrent positional encoding, per graph in node order)}
+
+    V &= \operatorname{Drop}(E W_\Re) + i\,\operatorname{Drop}(E W_\Im), \qquad
+    K = S(E)\, V \quad\text{(Kernelution / Synvolution, exact, } O(N D)\text{)}
+
+    Z &= \operatorname{ScaleNorm}(K + E) \in \mathbb{C}^{N \times D}
+
+    F &= W_O\,\operatorname{Drop}\big(\operatorname{softplus}(\Re Z\, W_1 + b_1) \odot
+        \tanh(\Im Z\, W_2 + b_2)\big) + b_O \quad\text{(gated FFN, eq. 13)}
+
+    H &= \operatorname{ScaleNorm}\big(F + \zeta \Re Z + (1 - \zeta) \Im Z\big),\qquad
+        \zeta = \operatorname{clamp}(\zeta', 0, 1)
+
+followed by the graph read-out (the paper: mean) and an MLP head. The operator :math:`S` comes from
+the ``converter`` producer (:class:`~graphattn.producers.converter.ConverterProducer`) and is
+applied by :class:`ComplexValueAttention`, an :class:`~graphattn.EdgeAttention` with complex values.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch_geometric.utils import to_dense_batch
+
+from graphattn.attention import EdgeAttention
+from graphattn.edgeset import EdgeSet
+from graphattn.nn.model import POOLS, GraphTransformer
+from graphattn.nn.registry import register_model
+from graphattn.producers.converter import ConverterProducer, ScaleNorm, _dropout
+from graphattn.producers.registry import build_producer
+
+__all__ = ["ComplexValueAttention", "ConverterBlock", "ConverterModel", "GatedFFN",
+           "RecurrentPositionalEncoding", "ScaleNorm"]
+
+
+class ComplexValueAttention(EdgeAttention):
+    r""":class:`~graphattn.EdgeAttention` (``"weighted"`` mode, one head) with complex values
+
+    .. math::
+        v_j = \operatorname{Drop}(W_\Re x_j) + i\,\operatorname{Drop}(W_\Im x_j),\qquad
+        o_i = \sum_j w_{ji}\, v_j
+
+    (independent dropout masks on the two parts, bias-free :math:`W_\Re, W_\Im \sim
+    \mathcal{N}(0, 0.5)`). Operator edge sets get the complex values in their ``matvec``; on the
+    explicit path (``kernel="reference"``, traces) the sum runs as
+    :math:`\sum_j w v^\Re_j + i \sum_j w v^\Im_j`, each a real-valued message pass with complex
+    weights (the layer's re/im split). The output is complex ``[N, channels]``.
+
+    Args:
+        channels (int): input and output width.
+        value_dropout (float): dropout on the real and imaginary values (training only).
+        **kwargs: further :class:`~graphattn.EdgeAttention` arguments (e.g. ``kernel``).
+    """
+
+    def __init__(self, channels: int, value_dropout: float = 0.0, **kwargs: Any) -> None:
+        if not 0.0 <= value_dropout < 1.0:
+            raise ValueError(f"'value_dropout' must lie in [0, 1), got {value_dropout!r}")
+        super().__init__(channels, channels, heads=1, mode="weighted", bias=False,
+                         complex_output="complex", **kwargs)
+        self.value_dropout = float(value_dropout)
+        self.lin_value_imag = nn.Linear(channels, channels, bias=False)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        super().reset_parameters()
+        imag = getattr(self, "lin_value_imag", None)
+        if imag is not None:
+            for lin in (self.lin_value, imag):
+                nn.init.normal_(lin.weight, std=math.sqrt(0.5))
+
+    def _projections(self, x: Tensor) -> dict[str, Any]:
+        C = self.out_channels
+
+        def value() -> Tensor:
+            re = _dropout(self.lin_value(x), self.value_dropout, self.training, None)
+            im = _dropout(self.lin_value_imag(x), self.value_dropout, self.training, None)
+            return torch.complex(re, im).view(-1, 1, C)
+
+        return {"value": value}
+
+    def _explicit(self, q: Tensor | None, k: Tensor | None, v: Tensor, es: EdgeSet,
+                  N: int) -> tuple[Tensor, Tensor | None]:
+        if not v.is_complex():
+            return super()._explicit(q, k, v, es, N)
+        out_re, alpha = super()._explicit(q, k, v.real.contiguous(), es, N)
+        out_im, _ = super()._explicit(q, k, v.imag.contiguous(), es, N)
+        return out_re + 1j * out_im, alpha
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.in_channels}, value_dropout={self.value_dropout})"
+
+
+class GatedFFN(nn.Module):
+    r"""Converter's gated feed-forward network (paper eq. 13, with the released code's biases):
+    complex in, real out,
+
+    .. math::
+        \operatorname{GFFN}(Z) = W_O\,\operatorname{Drop}\big(\operatorname{softplus}(\Re Z\,W_\Re
+            + b_\Re) \odot \tanh(\Im Z\,W_\Im + b_\Im)\big) + b_O,
+
+    softplus with :math:`\beta = 1` and threshold 5; Xavier-uniform weights, zero biases. The real
+    part carries the magnitude, the imaginary part the sign.
+
+    Args:
+        channels (int): input/output width :math:`D`.
+        hidden_channels (int): :math:`D_{hid}`.
+        dropout (float): dropout on the gated hidden units.
+    """
+
+    def __init__(self, channels: int, hidden_channels: int, dropout: float = 0.0) -> None:
+        super().__init__()
+        self.lin_re = nn.Linear(channels, hidden_channels)
+        self.lin_im = nn.Linear(channels, hidden_channels)
+        self.lin_out = nn.Linear(hidden_channels, channels)
+        self.dropout = float(dropout)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        for lin in (self.lin_re, self.lin_im, self.lin_out):
+            nn.init.xavier_uniform_(lin.weight)
+            nn.init.zeros_(lin.bias)
+
+    def forward(self, z: Tensor) -> Tensor:
+        gate = F.softplus(self.lin_re(z.real), beta=1.0, threshold=5.0) * torch.tanh(self.lin_im(z.imag))
+        return self.lin_out(_dropout(gate, self.dropout, self.training, None))
+
+    def extra_repr(self) -> str:
+        return (f"{self.lin_re.in_features}, hidden={self.lin_re.out_features}, "
+                f"dropout={self.dropout}")
+
+
+class RecurrentPositionalEncoding(nn.Module):
+    r"""Converter's "RPE": :math:`E = \operatorname{Drop}(\operatorname{ScaleNorm}(h +
+    \operatorname{GRU}(h)))`, a multi-layer GRU run over each graph's nodes in their stored order
+    (one recurrence per graph; empty graphs contribute nothing).
+
+    Args:
+        channels (int): width :math:`D` (GRU input and hidden size).
+        num_layers (int): GRU layers (the paper: 2).
+        dropout (float): dropout between GRU layers and on the output (the paper: 0.1).
+    """
+
+    def __init__(self, channels: int, num_layers: int = 2, dropout: float = 0.0) -> None:
+        super().__init__()
+        self.gru = nn.GRU(channels, channels, num_layers=num_layers, batch_first=True,
+                          dropout=dropout if num_layers > 1 else 0.0)
+        self.norm = ScaleNorm(channels)
+        self.dropout = float(dropout)
+
+    def reset_parameters(self) -> None:
+        self.gru.reset_parameters()
+        self.norm.reset_parameters()
+
+    def forward(self, h: Tensor, batch: Tensor) -> Tensor:
+        if h.size(0):
+            # padded to [B, n_max, D]: each graph's padding follows its nodes and the GRU is
+            # causal, so padding never reaches a real node (exactly the per-graph recurrence,
+            # and faster on CPU than packed sequences)
+            dense, mask = to_dense_batch(h, batch)
+            out, _ = self.gru(dense)
+            rec = out[mask]
+        else:
+            rec = torch.zeros_like(h)
+        return _dropout(self.norm(h + rec), self.dropout, self.training, None)
+
+    def extra_repr(self) -> str:
+        return f"{self.gru.input_size}, num_layers={self.gru.num_layers}, dropout={self.dropout}"
+
+
+class ConverterBlock(nn.Module):
+    r"""One Converter block (see the module docstring): Kernelution/Synvolution with complex
+    values, a complex ScaleNorm residual, the gated FFN and the :math:`\zeta`-mixed PostScaleNorm.
+
+    Args:
+        channels (int): width :math:`D`.
+        producer: the ``converter`` producer (a spec or an instance).
+        ffn_channels (int): hidden width of the gated FFN (the paper: :math:`4D`).
+        dropout (float): dropout in the gated FFN.
+        value_dropout (float): dropout on the complex values.
+        attn_kwargs (dict, optional): extra :class:`ComplexValueAttention` arguments.
+        producer_kwargs (dict, optional): defaults for building the producer.
+    """
+
+    def __init__(self, channels: int, producer: Any = "converter", ffn_channels: int | None = None,
+                 dropout: float = 0.0, value_dropout: float = 0.0,
+                 attn_kwargs: dict[str, Any] | None = None,
+                 producer_kwargs: dict[str, Any] | None = None) -> None:
+        super().__init__()
+        defaults = {"channels": channels, "heads": 1, "num_heads": 1, **(producer_kwargs or {})}
+        prod = build_producer(producer, **defaults)
+        if not isinstance(prod, ConverterProducer):
+            raise ValueError(f"the Converter block needs the 'converter' producer, got "
+                             f"{type(prod).__name__}")
+        self.channels = channels
+        self.producer = prod
+        self.attn = ComplexValueAttention(channels, value_dropout, **(attn_kwargs or {}))
+        self.norm_z = ScaleNorm(channels)
+        self.gffn = GatedFFN(channels, ffn_channels or 4 * channels, dropout)
+        self.zeta = nn.Parameter(torch.ones(()))
+        self.norm_out = ScaleNorm(channels)
+        self.last_edges: EdgeSet | None = None
+
+    def reset_parameters(self) -> None:
+        for m in (self.producer, self.attn, self.norm_z, self.gffn, self.norm_out):
+            m.reset_parameters()
+        nn.init.ones_(self.zeta)
+
+    def forward(self, x: Tensor, edge_index: Tensor | None = None, batch: Tensor | None = None,
+                edge_attr: Tensor | None = None, *, data: Any = None,
+                generator: torch.Generator | None = None) -> Tensor:
+        """``x [N, D]`` (real) → ``[N, D]`` (real). ``edge_index`` / ``edge_attr`` are unused (the
+        operator spans each graph's complete digraph)."""
+        captured: list[EdgeSet] = []
+        handle = self.producer.register_forward_hook(lambda _m, _i, out: captured.append(out))
+        try:
+            kn = self.attn(x, self.producer, batch, data=data, generator=generator)
+        finally:
+            handle.remove()
+        self.last_edges = captured[-1] if captured else None
+        z = self.norm_z(kn + x)
+        zeta = self.zeta.clamp(0.0, 1.0)
+        return self.norm_out(self.gffn(z) + zeta * z.real + (1.0 - zeta) * z.imag)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.channels}, producer={self.producer.extra_repr()})"
+
+
+@register_model("converter")
+class ConverterModel(GraphTransformer):
+    r"""Converter (one or more :class:`ConverterBlock` s) as a :class:`~graphattn.GraphTransformer`:
+    the node encoder (plus any ``pe``), the recurrent positional encoding, the blocks, the read-out
+    and the MLP head of :class:`~graphattn.GraphTransformer`.
+
+    Takes :class:`~graphattn.GraphTransformer`'s keyword arguments; it uses ``hidden_channels``
+    (:math:`D`), ``out_channels``, ``num_layers`` (the paper: 1), ``producer`` (must be
+    ``converter``; default Kernelution with the Dirichlet kernel), ``dropout``, ``ffn_ratio``
+    (gated-FFN width :math:`= ratio \cdot D`; the paper: 4), the encoders, ``pe``, ``task``,
+    ``pool``, ``head_layers``, ``act`` (head; the paper: ``leaky_relu``), ``input_dropout``,
+    ``attn_kwargs`` and ``producer_kwargs``. ``heads``, ``norm``, ``norm_first``, ``residual``,
+    ``ffn`` and ``attn_dropout`` do not apply (the block is fixed by the paper; one operator serves
+    all channels). ``conv`` must be ``None``.
+
+    Args:
+        rpe (bool): the recurrent (GRU) positional encoding.
+        rpe_layers (int): its GRU layers.
+        value_dropout (float, optional): dropout on the complex values (default: ``dropout``).
+        readout (str, optional): overrides ``pool`` (the runner sets ``pool`` from the task, e.g.
+            ``"cls"`` for ListOps; the paper uses ``"mean"``).
+    """
+
+    def __init__(self, hidden_channels: int, out_channels: int, num_layers: int = 1,
+                 producer: Any = "converter", conv: str | None = None, *, rpe: bool = True,
+                 rpe_layers: int = 2, value_dropout: float | None = None,
+                 readout: str | None = None, **kwargs: Any) -> None:
+        if conv not in (None, "none"):
+            raise ValueError(f"the Converter preset has no local conv; got conv={conv!r} "
+                             f"(use conv=None)")
+        if readout is not None and readout not in POOLS:
+            raise ValueError(f"'readout' must be one of {sorted(POOLS)}, got {readout!r}")
+        if kwargs.get("head_layers", 2) < 1:
+            raise ValueError("the Converter preset needs head_layers >= 1 (its blocks keep the width)")
+        if kwargs.get("node_encoder", "linear") is None:
+            raise ValueError("the Converter preset needs a node encoder (its blocks have width "
+                             "hidden_channels)")
+        for key in ("norm_first", "heads"):
+            kwargs.pop(key, None)
+        # GraphTransformer builds the encoders, the read-out and the head; its hybrid layers (built
+        # here as cheap local placeholders) are replaced by the Converter blocks below
+        super().__init__(hidden_channels, out_channels, num_layers=num_layers, producer=None,
+                         conv="gcn", heads=1, norm_first=False, **kwargs)
+        if readout is not None:
+            self.pool = readout
+        dropout = float(kwargs.get("dropout", 0.0))
+        ffn_ratio = int(kwargs.get("ffn_ratio", 4))
+        self.rpe = (RecurrentPositionalEncoding(hidden_channels, rpe_layers, dropout)
+                    if rpe else None)
+        self.layers = nn.ModuleList(
+            ConverterBlock(hidden_channels, producer, ffn_ratio * hidden_channels, dropout,
+                           dropout if value_dropout is None else value_dropout,
+                           attn_kwargs=kwargs.get("attn_kwargs"),
+                           producer_kwargs=kwargs.get("producer_kwargs"))
+            for _ in range(num_layers)
+        )
+
+    def encode(self, data: Any) -> tuple[Tensor, Tensor | None]:
+        h, edge_attr = super().encode(data)
+        if self.rpe is not None:
+            batch = getattr(data, "batch", None)
+            if batch is None:
+                batch = torch.zeros(h.size(0), dtype=torch.long, device=h.device)
+            h = self.rpe(h, batch)
+        return h, edge_attr

@@ -1,0 +1,290 @@
+r"""Converter (Zhang et al., "Converting Transformers into DGNNs Form"): Synvolution and Kernelution.
+
+The producer turns node features into an exact, learnable, data-dependent **unitary digraph shift**
+:math:`S = \Phi^H \operatorname{diag}(e^{i\varphi}) \Phi` over the complete digraph of every graph,
+emitted as a :class:`~graphattn.producers.converter_ops.UnitaryChainOperator` (an operator edge set:
+:class:`~graphattn.EdgeAttention` applies it by four linear scans, :math:`O(N F)`, never forming
+:math:`S`). The mathematics lives in :mod:`graphattn.producers.converter_ops`.
+
+Node order matters: the Givens chain runs over the nodes in their stored order (token order for
+sequences, raster order for images; use a space-filling-curve order for point clouds), so the
+operator is **not** permutation-equivariant.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from graphattn.producers._util import producer_generator
+from graphattn.producers.base import EdgeProducer, ProducerContext, check_positive_int
+from graphattn.producers.converter_ops import (
+    KERNELS,
+    UnitaryChainOperator,
+    chebyshev_phase,
+    gibbs_damping,
+    givens,
+    identity_rotations,
+    kernel_polynomial_loss,
+    stride_permutation,
+)
+from graphattn.producers.registry import register_producer
+
+ANGLE_PARAMS = ("paper", "code")
+NUM_ANGLES = 7  # α_l, β_l, γ_l (lower chain), α_u, β_u, γ_u (upper chain), θ (diagonal)
+
+
+def _dropout(x: Tensor, p: float, training: bool, generator: torch.Generator | None) -> Tensor:
+    """Inverted dropout drawing its mask from ``generator`` (``None``: the global RNG)."""
+    if not training or p == 0.0:
+        return x
+    keep = torch.rand(x.shape, generator=generator, device=x.device, dtype=x.dtype) >= p
+    return x * keep / (1.0 - p)
+
+
+class ScaleNorm(nn.Module):
+    r"""ScaleNorm with a per-feature gain (Nguyen & Salazar use a scalar; Converter's code a vector):
+
+    .. math::
+        \operatorname{ScaleNorm}(x) = g \odot \frac{x}{\lVert x \rVert_2 + \epsilon},\qquad
+        \lVert x \rVert_2 = \sqrt{\textstyle\sum_d |x_d|^2}
+
+    over the last axis, for real or complex :math:`x` (real :math:`g`). ``affine=False`` gives
+    FixNorm (:math:`g = 1`, no parameter).
+
+    Args:
+        channels (int): size of the last axis.
+        eps (float): :math:`\epsilon`.
+        affine (bool): learn :math:`g` (initialised to 1).
+    """
+
+    def __init__(self, channels: int, eps: float = 1e-5, affine: bool = True) -> None:
+        super().__init__()
+        self.channels = check_positive_int("channels", channels)
+        self.eps = float(eps)
+        self.weight = nn.Parameter(torch.ones(channels)) if affine else None
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        if self.weight is not None:
+            nn.init.ones_(self.weight)
+
+    def forward(self, x: Tensor) -> Tensor:
+        norm = torch.linalg.vector_norm(x, dim=-1, keepdim=True)
+        out = x / (norm + self.eps)
+        return out if self.weight is None else out * self.weight.to(norm.dtype)
+
+    def extra_repr(self) -> str:
+        return f"{self.channels}, eps={self.eps}, affine={self.weight is not None}"
+
+
+class Siren(nn.Module):
+    r"""Converter's two-layer SIREN, applied per node (:math:`\omega_0 = 1`):
+
+    .. math::
+        \operatorname{SIREN}(x) = \sin\!\big(W_2\, \operatorname{Drop}(\operatorname{ScaleNorm}(
+            \sin(W_1 x + b_1))) + b_2\big)
+
+    with :math:`W_{1,2} \sim U(\pm\sqrt{6/D})` and zero biases.
+
+    Args:
+        channels (int): :math:`D` (input = hidden = output width).
+        dropout (float): dropout rate after the ScaleNorm.
+    """
+
+    def __init__(self, channels: int, dropout: float = 0.0) -> None:
+        super().__init__()
+        self.lin1 = nn.Linear(channels, channels)
+        self.norm = ScaleNorm(channels)
+        self.lin2 = nn.Linear(channels, channels)
+        self.dropout = float(dropout)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        bound = math.sqrt(6.0 / self.lin1.in_features)
+        for lin in (self.lin1, self.lin2):
+            nn.init.uniform_(lin.weight, -bound, bound)
+            nn.init.zeros_(lin.bias)
+        self.norm.reset_parameters()
+
+    def forward(self, x: Tensor, training: bool = False,
+                generator: torch.Generator | None = None) -> Tensor:
+        h = self.norm(torch.sin(self.lin1(x)))
+        h = _dropout(h, self.dropout, training, generator)
+        return torch.sin(self.lin2(h))
+
+    def extra_repr(self) -> str:
+        return f"{self.lin1.in_features}, dropout={self.dropout}"
+
+
+@register_producer("converter")
+class ConverterProducer(EdgeProducer):
+    r"""Converter's learnable unitary digraph shift (Synvolution, or Kernelution with ``kpm=True``).
+
+    For the nodes of each graph in their stored order (one chain over the batch, with identity
+    rotations between graphs, so :math:`S` is exactly block-diagonal):
+
+    .. math::
+        p_n = \operatorname{pool}_7\big(\operatorname{SIREN}_\Phi(x_n)\big) \in \mathbb{R}^7,
+        \qquad \lambda_n = \operatorname{mean}_d \operatorname{SIREN}_\Lambda(x_n)_d \in [-1, 1]
+
+        \Phi = \operatorname{diag}(e^{2\pi i\, p_{n,6}})\, H_l\, H_u\, P,\qquad
+        S = \Phi^H \operatorname{diag}(e^{i\varphi})\, \Phi,\qquad o_i = \sum_j S_{ij} v_j
+
+    where :math:`\operatorname{pool}_7` is an adaptive average over the feature axis into 7 bins
+    (after FixNorm with ``angle_param="code"``). The pair :math:`(j, j+1)` of :math:`H_l` takes
+    its angles from node :math:`j` (:math:`p_{j,0..2}`), the pair of :math:`H_u` from node
+    :math:`j+1` (:math:`p_{j+1,3..5}`), each block being
+    :func:`~graphattn.producers.converter_ops.givens` with
+    :math:`\tfrac{\alpha\pm\beta}{2} = \pi(p_0 \pm p_1)`, :math:`\tfrac{\gamma}{2} = \pi p_2`.
+    Synvolution: :math:`\varphi = \lambda`. Kernelution: :math:`\varphi = \tfrac12 g_0 w_0 +
+    \sum_{k=1}^{K} g_k w_k T_k(\lambda)` with learnable :math:`w` shared by the whole batch and
+    fixed Gibbs factors :math:`g` of ``kernel``; the edge set's ``aux_loss`` is
+    :math:`\eta\,\pi \sum_{k \ge 1} k^2 w_k^2` (kernel polynomial loss).
+
+    :math:`S` is unitary and normal with eigenvalues exactly :math:`e^{i\varphi_n}`. The emitted
+    :class:`~graphattn.producers.converter_ops.UnitaryChainOperator` is applied by
+    :class:`~graphattn.EdgeAttention` in four linear scans (:math:`O(N F)` time and memory);
+    its ``to_explicit()`` is the complete digraph with complex weights :math:`S_{ij}` (small graphs)
+    and ``to_topk(k)`` an explicitly labelled approximation. The layer takes the real part of
+    :math:`S v` unless built with ``complex_output="complex"`` (the Converter preset does, and
+    feeds complex values). Node order is semantic: the operator is not permutation-equivariant.
+
+    Args:
+        channels (int): node feature width :math:`D` (supplied by the model).
+        kpm (bool): Kernelution (``True``) or plain Synvolution (``False``).
+        order (int): Chebyshev order :math:`K` of Kernelution.
+        kernel (str): Gibbs damping kernel, one of ``dirichlet`` (the paper's experiments),
+            ``fejer``, ``jackson``, ``lanczos``, ``lorentz``, ``vekic``, ``wang``.
+        kernel_kwargs (dict, optional): kernel hyperparameters (``lanczos_m``, ``lorentz_xi``,
+            ``wang_a``, ``wang_b``) for :func:`~graphattn.producers.converter_ops.gibbs_damping`.
+        kp_weight (float): :math:`\eta`, weight of the kernel polynomial loss (0: no aux loss).
+        angle_param (str): ``"paper"`` (pooled SIREN outputs scaled to the full angle range) or
+            ``"code"`` (FixNorm before pooling, as the released code: angles then stay small and
+            :math:`S` is quasi-banded).
+        stride (int): the fixed stride permutation :math:`P` (reshape ``(n/M, M)``, transpose,
+            flatten, per graph; every graph size must be a multiple of it); 0 = identity.
+        dropout (float): dropout inside both SIRENs (training only; masks drawn from the
+            caller's generator when given).
+        seed (int): seed of the evaluation-time generator (unused unless dropout runs in eval).
+    """
+
+    mode = "weighted"
+
+    def __init__(
+        self,
+        channels: int,
+        kpm: bool = True,
+        order: int = 2,
+        kernel: str = "dirichlet",
+        kernel_kwargs: dict[str, Any] | None = None,
+        kp_weight: float = 1e-3,
+        angle_param: str = "paper",
+        stride: int = 0,
+        dropout: float = 0.0,
+        seed: int = 0,
+    ) -> None:
+        super().__init__()
+        self.channels = check_positive_int("channels", channels)
+        self.order = check_positive_int("order", order, allow_zero=True)
+        if kernel not in KERNELS:
+            raise ValueError(f"'kernel' must be one of {KERNELS}, got {kernel!r}")
+        if angle_param not in ANGLE_PARAMS:
+            raise ValueError(f"'angle_param' must be one of {ANGLE_PARAMS}, got {angle_param!r}")
+        if not (isinstance(kp_weight, (int, float)) and kp_weight >= 0):
+            raise ValueError(f"'kp_weight' must be a non-negative number, got {kp_weight!r}")
+        if not (isinstance(dropout, (int, float)) and 0.0 <= dropout < 1.0):
+            raise ValueError(f"'dropout' must lie in [0, 1), got {dropout!r}")
+        self.stride = check_positive_int("stride", stride, allow_zero=True)
+        self.kpm = bool(kpm)
+        self.kernel = kernel
+        self.kernel_kwargs = dict(kernel_kwargs or {})
+        self.kp_weight = float(kp_weight)
+        self.angle_param = angle_param
+        self.dropout = float(dropout)
+        self.seed = int(seed)
+        self.eigvec_siren = Siren(channels, dropout)
+        self.eigval_siren = Siren(channels, dropout)
+        self.fixnorm = ScaleNorm(channels, affine=False)
+        if self.kpm:
+            self.cheb_weight: nn.Parameter | None = nn.Parameter(torch.empty(self.order + 1))
+            self.register_buffer("damping",
+                                 gibbs_damping(kernel, self.order, **self.kernel_kwargs).float())
+        else:
+            self.register_parameter("cheb_weight", None)
+            self.register_buffer("damping", None)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        self.eigvec_siren.reset_parameters()
+        self.eigval_siren.reset_parameters()
+        if self.cheb_weight is not None:
+            # φ = ½ w0 + Σ w_k T_k with every w = 2/(K+1): the released code's initial filter
+            nn.init.constant_(self.cheb_weight, 2.0 / (self.order + 1))
+
+    # ------------------------------------------------------------------------------ parameters
+    def eigen_parameters(self, x: Tensor, training: bool = False,
+                         generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
+        """``(p [N, 7], lambda [N])``: the pooled eigenvector parameters and the eigen-phases."""
+        h = self.eigvec_siren(x, training, generator)
+        if self.angle_param == "code":
+            h = self.fixnorm(h)
+        p = F.adaptive_avg_pool1d(h[:, None, :], NUM_ANGLES)[:, 0]
+        lam = self.eigval_siren(x, training, generator).mean(-1)
+        return p, lam
+
+    def phase(self, lam: Tensor) -> Tensor:
+        r""":math:`\varphi`: :math:`\lambda` (Synvolution) or the damped Chebyshev polynomial."""
+        if self.cheb_weight is None:
+            return lam
+        return chebyshev_phase(lam, self.cheb_weight, self.damping)
+
+    def kp_loss(self) -> Tensor | None:
+        """:math:`\\eta L_{KP}` (``None`` without Kernelution or with ``kp_weight=0``)."""
+        if self.cheb_weight is None or self.kp_weight == 0.0:
+            return None
+        return self.kp_weight * kernel_polynomial_loss(self.cheb_weight)
+
+    # ------------------------------------------------------------------------------- produce
+    def produce(self, ctx: ProducerContext) -> UnitaryChainOperator:
+        x = ctx.x
+        if not x.is_floating_point():
+            raise ValueError(f"'x' must be a floating-point tensor, got {x.dtype}")
+        if x.size(1) != self.channels:
+            raise ValueError(f"'x' must have channels={self.channels} columns, got {x.size(1)}")
+        if x.numel() and not bool(torch.isfinite(x).all()):
+            raise ValueError("'x' contains NaN or infinite values (a reset cannot stop a NaN: "
+                             "0 * NaN = NaN would leak across graphs)")
+        ptr = ctx.ptr  # raises for an unsorted batch: the chain needs contiguous graphs
+        gen = producer_generator(ctx, self.seed) if ctx.training and self.dropout else None
+        p, lam = self.eigen_parameters(x, ctx.training and self.dropout > 0, gen)
+        phase = self.phase(lam)
+
+        pi = math.pi
+        lo, up = p[:-1], p[1:]
+        rot_l = givens(pi * (lo[:, 0] + lo[:, 1]), pi * (lo[:, 0] - lo[:, 1]), pi * lo[:, 2])
+        rot_u = givens(pi * (up[:, 3] + up[:, 4]), pi * (up[:, 3] - up[:, 4]), pi * up[:, 5])
+        boundary = ctx.batch[1:] != ctx.batch[:-1]
+        rot_l = identity_rotations(rot_l, boundary)
+        rot_u = identity_rotations(rot_u, boundary)
+        theta = 2 * pi * p[:, 6]
+        diag = torch.complex(torch.cos(theta), torch.sin(theta))
+        eig = torch.complex(torch.cos(phase), torch.sin(phase))
+
+        counts = ptr[1:] - ptr[:-1]
+        perm = stride_permutation(counts, self.stride) if self.stride else None
+        N = x.size(0)
+        stats = {"edges_per_node": float((counts * counts).sum()) / max(N, 1),
+                 "implicit": True}
+        return UnitaryChainOperator(rot_l, rot_u, diag, eig, ptr, num_heads=ctx.num_heads,
+                                    perm=perm, aux_loss=self.kp_loss(), stats=stats,
+                                    check_boundaries=False)
+
+    def extra_repr(self) -> str:
+        kind = f"kernelution(order={self.order}, kernel={self.kernel!r})" if self.kpm else "synvolution"
+        return (f"{self.channels}, {kind}, angle_param={self.angle_param!r}, "
+                f"kp_weight={self.kp_weight}, stride={self.stride}, dropout={self.dropout}")
