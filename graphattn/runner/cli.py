@@ -58,6 +58,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--grad-clip", type=float)
     p.add_argument("--aux-weight", type=float)
     p.add_argument("--pg-weight", type=float)
+    p.add_argument("--pg-momentum", type=float, help="momentum of the REINFORCE moving-average "
+                   "baseline")
     p.add_argument("--seeds", type=int, nargs="+")
     p.add_argument("--out", help="run directory (default: runs/<task>-<producer>)")
     p.add_argument("--data-root", help="data root (default: $GRAPHATTN_DATA or ~/.cache/graphattn)")
