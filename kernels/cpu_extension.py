@@ -1,6 +1,6 @@
 """Builds (on first use) and loads the fused CPU kernel, ``kernels/csrc/edge_attention.cpp``.
 
-The extension is compiled by :func:`torch.utils.cpp_extension.load` with ``-O3 -march=native`` into
+The extension is compiled by :func:`torch.utils.cpp_extension.load` with ``-O3 -march=native -fopenmp`` into
 torch's extension cache (``$TORCH_EXTENSIONS_DIR``, default ``~/.cache/torch_extensions``); the
 name carries a hash of the source, the torch version and the CPU's instruction-set flags, so an edit,
 a torch upgrade or a different CPU rebuilds instead of loading a stale or illegal binary. Later
@@ -26,7 +26,11 @@ from typing import Any
 import torch
 
 SOURCE = Path(__file__).resolve().parent / "csrc" / "edge_attention.cpp"
-CFLAGS = ["-O3", "-march=native", "-fno-math-errno", "-fopenmp-simd", "-std=c++17"]
+# ``-fopenmp`` is needed for ``at::parallel_for`` itself: ATen's OpenMP backend is an inline
+# ``#pragma omp parallel`` in the headers, which compiles to a serial loop without it. The binary
+# links ``libgomp.so.1``, the soname torch already loaded, so one OpenMP runtime serves both.
+CFLAGS = ["-O3", "-march=native", "-fno-math-errno", "-fopenmp", "-std=c++17"]
+LDFLAGS = ["-fopenmp"]
 
 _lock = threading.Lock()
 _state: dict[str, Any] = {"ops": None, "error": None, "tried": False, "warned": False}
@@ -50,7 +54,7 @@ def extension_name() -> str:
     """Name of the build: a hash of the source, the flags, torch's version and the CPU."""
     h = hashlib.sha256()
     h.update(SOURCE.read_bytes())
-    h.update(" ".join(CFLAGS).encode())
+    h.update(" ".join(CFLAGS + LDFLAGS).encode())
     h.update(torch.__version__.encode())
     h.update(_cpu_signature().encode())
     return f"graphattn_fused_{h.hexdigest()[:12]}"
@@ -82,6 +86,7 @@ def _build() -> None:
         name=extension_name(),
         sources=[str(SOURCE)],
         extra_cflags=CFLAGS,
+        extra_ldflags=LDFLAGS,
         is_python_module=False,
         verbose=os.environ.get("GRAPHATTN_VERBOSE_BUILD") == "1",
     )
