@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 from torch_geometric.nn import Linear, MessagePassing
 from torch_geometric.utils import segment
 
@@ -195,7 +195,11 @@ class EdgeAttention(MessagePassing):
             out = es.matvec(v)  # type: ignore[attr-defined]
         else:
             q = ctx.query() if (self.mode == "attention" and es.mode == "attention") else None
-            k_all, v_all = self._source_projections(ctx, es)
+            slots = self._slot_projections(ctx, es) if structure == "shared_sources" else None
+            if slots is None:
+                k_all, v_all = self._source_projections(ctx, es)
+            else:
+                k_all, v_all = slots
             if structure == "shared_sources":
                 out = shared_source_attention(
                     q,
@@ -210,6 +214,7 @@ class EdgeAttention(MessagePassing):
                     mode=es.mode,
                     dropout=self.dropout if self.training else 0.0,
                     scale=self.scale,
+                    gathered=slots is not None,
                 )
             elif structure == "permutation":
                 if self.training and self.dropout > 0:
@@ -327,6 +332,47 @@ class EdgeAttention(MessagePassing):
             if k is not None:
                 k = torch.cat([k, self.lin_key(vx).view(-1, H, C)])
         return k, v
+
+    def _slot_projections(
+        self, ctx: ProducerContext, es: EdgeSet
+    ) -> tuple[Tensor | None, Tensor] | None:
+        r"""Keys and values of a shared-sources edge set's slots, ``[B, H, k, C]``, projected after
+        gathering the slots' input rows: :math:`k_{b,h,j} = W_K^{(h)} x_{s(b,h,j)} + b_K^{(h)}`.
+        This costs :math:`B k H C F` multiply-adds instead of :math:`(N + n_v) H C F` for projecting
+        every source, so it is used when :math:`B k < N + n_v` (SAMSA: k of N nodes per graph and
+        head) and the projections of all sources were not computed already. ``None``: project all."""
+        use_key = self.mode == "attention" and es.mode == "attention"
+        lins = [self.lin_key, self.lin_value] if use_key else [self.lin_value]
+        if any(isinstance(lin.weight, nn.parameter.UninitializedParameter) for lin in lins):
+            return None
+        if ctx.cached_projection("value") is not None or (
+            use_key and ctx.cached_projection("key") is not None
+        ):
+            return None
+        sources: Tensor = es.sources  # type: ignore[attr-defined]
+        B, Hs, k = sources.shape
+        nv = 0 if es.virtual_x is None else es.virtual_x.size(0)
+        if B * k >= ctx.num_nodes + nv:
+            return None
+        H, C = self.heads, self.out_channels
+        x = ctx.x
+        table = x if es.virtual_x is None else torch.cat([x, es.virtual_x.to(x.dtype)])
+        mask = es.source_mask  # type: ignore[attr-defined]
+        idx = sources if mask is None else torch.where(mask, sources, torch.zeros_like(sources))
+        rows = table[idx]  # [B, Hs, k, F]
+
+        def project(lin: nn.Module) -> Tensor:
+            w = lin.weight.view(H, C, -1)
+            if Hs == 1:  # every head reads the same rows: one matmul
+                out = (rows[:, 0] @ lin.weight.t()).view(B, k, H, C).transpose(1, 2)
+            else:  # head h reads its own rows through its own slice W^{(h)}
+                out = torch.einsum("bhkf,hcf->bhkc", rows, w)
+            if lin.bias is not None:
+                out = out + lin.bias.view(1, H, 1, C)
+            return out
+
+        kd = project(self.lin_key) if use_key else None
+        return kd, project(self.lin_value)
 
     def _use_fused(self, es: EdgeSet, v: Tensor) -> bool:
         """Whether the explicit edge set ``es`` runs on the fused kernel (see ``kernel``)."""

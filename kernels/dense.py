@@ -39,63 +39,84 @@ def shared_source_attention(
     mode: str = "attention",
     dropout: float = 0.0,
     scale: float | None = None,
+    gathered: bool = False,
 ) -> Tensor:
     """Attention of every real node over its graph's shared source list.
 
     Args:
         q: ``[N, H, C]`` queries of the real nodes (``None`` in weighted mode).
-        k, v: ``[S, H, C]`` keys / values of all sources (real nodes, then virtual sources).
+        k, v: ``[S, H, C]`` keys / values of all sources (real nodes, then virtual sources), or with
+            ``gathered=True`` the keys / values of the slots, ``[B, H, k, C]`` (masked slots may hold
+            anything finite).
         sources: ``[B, Hs, k]`` source ids per graph (and head).
         ptr, batch: graph layout of the real nodes (``batch`` sorted).
         source_mask, bias, weight: ``[B, Hs, k]``.
 
     Returns ``[N, H, C]``; targets of graphs without any valid source get 0.
     """
-    N, H, C = batch.numel(), v.size(1), v.size(2)
+    N, H, C = batch.numel(), v.size(1), v.size(-1)
     B, Hs, kk = sources.shape
     if N == 0 or kk == 0 or B == 0:
         return v.new_zeros(N, H, C)
     counts = ptr[1:] - ptr[:-1]
     n_max = int(counts.max())
-    if source_mask is None:
-        mask = torch.ones_like(sources, dtype=torch.bool)
+    # equal graph sizes (one graph, or a batch of equal-length sequences): the dense layout is a view
+    uniform = B * n_max == N
+    all_valid = source_mask is None or bool(source_mask.all())
+    if all_valid:
+        mask = None
+        idx = sources
     else:
-        mask = source_mask
-    idx = torch.where(mask, sources, torch.zeros_like(sources))
-    any_valid = mask.any(-1, keepdim=True)  # [B, Hs, 1]
-    # a graph without sources attends to slot 0 (a valid index) and its output is zeroed below
-    first = torch.zeros_like(mask)
-    first[..., 0] = True
-    mask = mask | (~any_valid & first)
+        assert source_mask is not None
+        any_valid = source_mask.any(-1, keepdim=True)  # [B, Hs, 1]
+        # a graph without sources attends to slot 0 (a valid index) and its output is zeroed below
+        first = torch.zeros_like(source_mask)
+        first[..., 0] = True
+        mask = source_mask | (~any_valid & first)
+        idx = torch.where(source_mask, sources, torch.zeros_like(sources))
 
-    vd = _gather_heads(v, idx)  # [B, H, k, C]
+    vd = v if gathered else _gather_heads(v, idx)  # [B, H, k, C]
     if weight is not None:
         w = weight if Hs == H else weight.expand(B, H, kk)
         vd = vd * w.unsqueeze(-1).to(vd.dtype)
     if mode == "attention":
         assert q is not None and k is not None
-        qd, _ = to_dense_batch(q.reshape(N, H * C), batch, batch_size=B, max_num_nodes=n_max)
-        qd = qd.view(B, n_max, H, C).transpose(1, 2)  # [B, H, n_max, C]
-        kd = _gather_heads(k, idx)
-        attn_mask: Tensor = mask.unsqueeze(2)  # [B, Hs, 1, k] bool
+        if uniform:
+            qd = q.reshape(B, n_max, H, C)
+        else:
+            qd, _ = to_dense_batch(q.reshape(N, H * C), batch, batch_size=B, max_num_nodes=n_max)
+            qd = qd.view(B, n_max, H, C)
+        qd = qd.transpose(1, 2)  # [B, H, n_max, C]
+        kd = k if gathered else _gather_heads(k, idx)
+        # no mask and no bias: SDPA's unmasked (fastest) kernel
+        attn_mask: Tensor | None = None if mask is None else mask.unsqueeze(2)  # [B, Hs, 1, k]
         if bias is not None:
-            neg = torch.tensor(float("-inf"), dtype=qd.dtype, device=qd.device)
-            attn_mask = torch.where(attn_mask, bias.unsqueeze(2).to(qd.dtype), neg)
+            b = bias.unsqueeze(2).to(qd.dtype)
+            if attn_mask is None:
+                attn_mask = b
+            else:
+                neg = torch.tensor(float("-inf"), dtype=qd.dtype, device=qd.device)
+                attn_mask = torch.where(attn_mask, b, neg)
         out = F.scaled_dot_product_attention(
             qd, kd, vd, attn_mask=attn_mask, dropout_p=dropout, scale=scale
         )
     else:
-        keep = mask.expand(B, H, kk).to(vd.dtype)
+        keep = None if mask is None else mask.expand(B, H, kk).to(vd.dtype)
         if dropout > 0:
             # each (target, slot) message is dropped independently: per-target coefficients
             drop = F.dropout(vd.new_ones(B, H, n_max, kk), p=dropout)
-            out = torch.einsum("bhnk,bhkc->bhnc", drop * keep.unsqueeze(2), vd)
+            if keep is not None:
+                drop = drop * keep.unsqueeze(2)
+            out = torch.einsum("bhnk,bhkc->bhnc", drop, vd)
         else:
             # weighted: every target of graph b receives sum_slots w * v (identical rows)
-            pooled = (vd * keep.unsqueeze(-1)).sum(2, keepdim=True)  # [B, H, 1, C]
-            out = pooled.expand(B, H, n_max, C)
-    out = out * any_valid.unsqueeze(-1).to(out.dtype)
+            masked = vd if keep is None else vd * keep.unsqueeze(-1)
+            out = masked.sum(2, keepdim=True).expand(B, H, n_max, C)  # [B, H, 1 -> n_max, C]
+    if mask is not None:
+        out = out * any_valid.unsqueeze(-1).to(out.dtype)
     out = out.transpose(1, 2)  # [B, n_max, H, C]
+    if uniform:
+        return out.reshape(N, H, C)
     local = torch.arange(N, device=batch.device) - ptr[batch]
     return out[batch, local]
 

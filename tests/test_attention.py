@@ -162,6 +162,48 @@ def test_shared_sources_fast_path_equals_reference(batch, per_head, with_virtual
     assert torch.isfinite(o1).all()
 
 
+@pytest.mark.parametrize("sizes", [[7], [6, 6, 6], [6, 3]])
+@pytest.mark.parametrize("mask_given", [False, True])
+@pytest.mark.parametrize("per_head", [False, True])
+@pytest.mark.parametrize("with_bias", [False, True])
+@pytest.mark.parametrize("mode", ["attention", "weighted"])
+def test_shared_sources_all_valid_equal_sizes_fast_path(sizes, mask_given, per_head, with_bias,
+                                                        mode, monkeypatch):
+    """Every slot valid (no mask, or an all-true one), graphs of equal size, few slots per graph:
+    the fast path skips the SDPA mask and the padding and projects only the slots' rows; it must
+    still equal the reference on the same edges."""
+    batch = make_batch(sizes, channels=6)
+    g = torch.Generator().manual_seed(5)
+    H, k = 2, 3
+    Hs = H if per_head else 1
+    sources = torch.stack([torch.stack([int(batch.ptr[b]) + torch.randperm(n, generator=g)[:k]
+                                        for _ in range(Hs)]) for b, n in enumerate(sizes)])
+    mask = torch.ones_like(sources, dtype=torch.bool) if mask_given else None
+    extra = {}
+    if with_bias:
+        key = "bias" if mode == "attention" else "weight"
+        extra[key] = torch.randn(len(sizes), Hs, k, generator=g, dtype=torch.float64)
+    es = SharedSourceEdgeSet(sources, batch.ptr, num_heads=H, source_mask=mask, mode=mode, **extra)
+    fast = EdgeAttention(6, 3, heads=H, mode=mode).double()
+    ref = twin(fast, kernel="reference")
+    used: list[bool] = []
+    original = EdgeAttention._slot_projections
+
+    def spy(self, ctx, e):
+        result = original(self, ctx, e)
+        used.append(result is not None)
+        return result
+
+    monkeypatch.setattr(EdgeAttention, "_slot_projections", spy)
+    x1, x2 = batch.x.clone().requires_grad_(), batch.x.clone().requires_grad_()
+    o1, g1 = grads(lambda: fast(x1, es, batch.batch), [x1, *fast.parameters()])
+    o2, g2 = grads(lambda: ref(x2, es, batch.batch), [x2, *ref.parameters()])
+    assert used == [True]  # the fast layer projected only the slots' rows
+    assert_same(o1, o2)
+    for a, b in zip(g1, g2, strict=True):
+        assert_same(a, b)
+
+
 def test_shared_sources_graph_without_sources_gives_zero(batch):
     es = shared_source_case(batch, 2, False, False, False)
     mask = es.source_mask.clone()

@@ -239,3 +239,39 @@ def test_invalid_arguments(mol):
         view.edges("nope")
     with pytest.raises(ValueError, match="'head'"):
         view.edges(0, 2)
+
+
+MECHANISMS = [{"name": "samsa", "k": 4}, {"name": "sbm"}, "sliceformer", {"name": "sac"}, "converter"]
+
+
+@pytest.mark.parametrize("spec", MECHANISMS, ids=lambda s: s if isinstance(s, str) else s["name"])
+def test_mechanism_producers_are_viewable(spec, tmp_path):
+    """The viewer draws what every paper producer really generated: sampled (SBM, SAC), virtual
+    support tokens (SAMSA), per-channel sort heads (Sliceformer), complex shift weights (Converter)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from graphattn.viz import draw_attention, write_html
+    from tests.viz.samples import TOKENS, _model, sequence_tokens
+
+    toks = sequence_tokens()
+    ids = torch.tensor([TOKENS.index(t) for t in toks])
+    n = ids.numel()
+    d = Data(x=ids, pos=torch.arange(n, dtype=torch.float)[:, None], num_nodes=n)
+    batch = Batch.from_data_list([d, d])
+    model = _model([spec, spec], node_encoder="embedding", num_embeddings=len(TOKENS))
+    trace = trace_sample(model, batch)
+    for graph in (0, 1):
+        view = build_view(trace, batch, kind="sequence", labels=toks + toks, graph=graph)
+        nodes = torch.arange(graph * n, (graph + 1) * n)
+        for rec, lay in zip(trace, view.layers, strict=True):
+            assert lay.count(None) == expected_count(rec, nodes, None) > 0
+            for h in range(lay.num_heads):
+                assert lay.count(h) == expected_count(rec, nodes, h)
+                assert np.isfinite(lay.edges(h).weight).all()
+            assert lay.complex == rec.alpha.is_complex()
+    assert view.layers[0].complex == (spec == "converter")
+    draw_attention(view, layer=-1, head=0)
+    out = tmp_path / "page.html"
+    write_html(view, out)
+    assert out.stat().st_size > 0
