@@ -27,6 +27,16 @@ from graphattn.edgeset import (
 from graphattn.origins import origin_code
 
 
+def _check_source_range(name: str, src: Tensor, num_nodes: int, num_virtual: int) -> None:
+    """``ValueError`` naming ``name`` unless every source id lies in ``[0, N + n_virtual)``."""
+    lo, hi = int(src.min()), int(src.max())
+    if lo < 0 or hi >= num_nodes + num_virtual:
+        raise ValueError(
+            f"'{name}' must lie in [0, {num_nodes + num_virtual}) ({num_nodes} nodes + "
+            f"{num_virtual} virtual sources), got range [{lo}, {hi}]"
+        )
+
+
 class SharedSourceEdgeSet(EdgeSet):
     r"""Every target of graph :math:`b` attends, in head :math:`h`, to the sources ``sources[b, h]``.
 
@@ -158,12 +168,7 @@ class SharedSourceEdgeSet(EdgeSet):
         if src.numel() == 0:
             return
         nv = self.num_virtual
-        lo, hi = int(src.min()), int(src.max())
-        if lo < 0 or hi >= num_nodes + nv:
-            raise ValueError(
-                f"'sources' must lie in [0, {num_nodes + nv}) ({num_nodes} nodes + {nv} virtual "
-                f"sources), got range [{lo}, {hi}]"
-            )
+        _check_source_range("sources", src, num_nodes, nv)
         if batch is None:
             return
         graph = torch.arange(B, device=src.device).view(B, 1, 1).expand_as(self.sources)[live]
@@ -303,12 +308,7 @@ class PermutationEdgeSet(EdgeSet):
         if src.numel() == 0:
             return
         nv = self.num_virtual
-        lo, hi = int(src.min()), int(src.max())
-        if lo < 0 or hi >= num_nodes + nv:
-            raise ValueError(
-                f"'src' must lie in [0, {num_nodes + nv}) ({num_nodes} nodes + {nv} virtual "
-                f"sources), got range [{lo}, {hi}]"
-            )
+        _check_source_range("src", src, num_nodes, nv)
         if batch is None:
             return
         dst_graph = batch[:, None]
