@@ -1,4 +1,5 @@
-"""Builds (on first use) and loads the fused CPU kernel, ``kernels/csrc/edge_attention.cpp``.
+"""Builds (on first use) and loads the fused CPU kernel, ``kernels/csrc/edge_attention.cpp`` (and
+the Converter's linear scan, ``kernels/csrc/linear_scan.cpp``).
 
 The extension is compiled by :func:`torch.utils.cpp_extension.load` with ``-O3 -march=native -fopenmp`` into
 torch's extension cache (``$TORCH_EXTENSIONS_DIR``, default ``~/.cache/torch_extensions``); the
@@ -26,6 +27,8 @@ from typing import Any
 import torch
 
 SOURCE = Path(__file__).resolve().parent / "csrc" / "edge_attention.cpp"
+#: every translation unit of the extension (the linear scan of the Converter's shift operator too)
+SOURCES = (SOURCE, SOURCE.parent / "linear_scan.cpp")
 # ``-fopenmp`` is needed for ``at::parallel_for`` itself: ATen's OpenMP backend is an inline
 # ``#pragma omp parallel`` in the headers, which compiles to a serial loop without it. The binary
 # links ``libgomp.so.1``, the soname torch already loaded, so one OpenMP runtime serves both.
@@ -53,7 +56,8 @@ def _cpu_signature() -> str:
 def extension_name() -> str:
     """Name of the build: a hash of the source, the flags, torch's version and the CPU."""
     h = hashlib.sha256()
-    h.update(SOURCE.read_bytes())
+    for src in SOURCES:
+        h.update(src.read_bytes())
     h.update(" ".join(CFLAGS + LDFLAGS).encode())
     h.update(torch.__version__.encode())
     h.update(_cpu_signature().encode())
@@ -84,7 +88,7 @@ def _build() -> None:
     _ensure_ninja_on_path()
     load(
         name=extension_name(),
-        sources=[str(SOURCE)],
+        sources=[str(src) for src in SOURCES],
         extra_cflags=CFLAGS,
         extra_ldflags=LDFLAGS,
         is_python_module=False,

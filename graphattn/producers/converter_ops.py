@@ -38,6 +38,24 @@ from graphattn.structured import OperatorEdgeSet
 KERNELS = ("dirichlet", "fejer", "jackson", "lanczos", "lorentz", "vekic", "wang")
 
 _SCAN_BLOCK = 16  # shortest block of the blocked scan (sequences up to this length: one loop)
+#: run the scan in the compiled CPU kernel (``kernels/csrc/linear_scan.cpp``) when it is available;
+#: ``False`` forces the blocked torch scan (tests compare the two)
+NATIVE_SCAN = True
+_SCAN_DTYPES = (torch.float32, torch.float64, torch.complex64, torch.complex128)
+
+
+def _native_scan_ops(a: Tensor, b: Tensor) -> Any | None:
+    """The compiled scan's operators if they can run ``a [L]``, ``b [L, F]`` here, else ``None``."""
+    if not NATIVE_SCAN or a.device.type != "cpu" or b.device.type != "cpu" or b.dim() != 2:
+        return None
+    if a.dtype != b.dtype or b.dtype not in _SCAN_DTYPES:
+        return None
+    if not (a.is_contiguous() and b.is_contiguous()):
+        return None
+    from graphattn.kernels.cpu_extension import cpu_ops
+
+    ops = cpu_ops(warn=False)
+    return ops if ops is not None and hasattr(ops, "linear_scan_") else None
 
 
 # --------------------------------------------------------------------------------------------- Givens
@@ -140,7 +158,14 @@ def _scan_(a: Tensor, b: Tensor, reverse: bool = False) -> Tensor:
     (recursively). Two passes over the data, :math:`O(L F)` work, :math:`O(T \log_T L)` Python steps,
     no temporaries of the data's size. Products only (no division), so tiny products underflow
     harmlessly to 0; a zero :math:`a_t` resets the recurrence exactly for finite inputs.
+
+    On the CPU the compiled kernel (``kernels/csrc/linear_scan.cpp``: the recurrence in its
+    sequential order, columns in parallel) replaces the blocked scan when it is available.
     """
+    ops = _native_scan_ops(a, b)
+    if ops is not None:
+        ops.linear_scan_(a, b, reverse)
+        return b
     L = a.size(0)
     if L <= _SCAN_BLOCK:
         _block_loop(a[None, :, None], b[None], reverse)

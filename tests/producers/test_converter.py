@@ -104,9 +104,22 @@ def test_dense_chain_oracle_equals_explicit_products():
 
 
 # ------------------------------------------------------------------------------------------- T2
+@pytest.fixture(params=["native", "blocked"])
+def scan_impl(request, monkeypatch):
+    """Both scans: the compiled CPU kernel (skipped if it cannot be built here) and the blocked
+    torch scan."""
+    import graphattn.producers.converter_ops as ops
+
+    if request.param == "native":
+        if ops._native_scan_ops(torch.zeros(2, dtype=F64), torch.zeros(2, 1, dtype=F64)) is None:
+            pytest.skip("the compiled CPU kernel is unavailable here")
+    monkeypatch.setattr(ops, "NATIVE_SCAN", request.param == "native")
+    return request.param
+
+
 @pytest.mark.parametrize("L", [1, 2, 16, 17, 37, 300, 1024, 5003])
 @pytest.mark.parametrize("reverse", [False, True])
-def test_scan_matches_sequential(L, reverse):
+def test_scan_matches_sequential(L, reverse, scan_impl):
     gen = torch.Generator().manual_seed(L)
     a = torch.complex(torch.randn(L, generator=gen, dtype=F64), torch.randn(L, generator=gen, dtype=F64))
     a = a / a.abs().clamp_min(1) * 0.95
@@ -120,7 +133,7 @@ def test_scan_matches_sequential(L, reverse):
     assert (got - want).abs().max() < 1e-12
 
 
-def test_scan_reset_is_exact_and_real_inputs_work():
+def test_scan_reset_is_exact_and_real_inputs_work(scan_impl):
     a = torch.tensor([0.5, 0.0, 0.5, 0.5], dtype=F64)
     b = torch.tensor([[1.0], [2.0], [4.0], [8.0]], dtype=F64)
     assert linear_scan(a, b).view(-1).tolist() == [1.0, 2.0, 5.0, 10.5]
@@ -131,7 +144,7 @@ def test_scan_reset_is_exact_and_real_inputs_work():
 
 
 @pytest.mark.parametrize("reverse", [False, True])
-def test_scan_gradcheck(reverse):
+def test_scan_gradcheck(reverse, scan_impl):
     gen = torch.Generator().manual_seed(3)
     L = 37  # > the block length: exercises blocks, carries and the ragged tail
     a = (torch.randn(L, generator=gen, dtype=C128) * 0.7)
@@ -139,6 +152,36 @@ def test_scan_gradcheck(reverse):
     a.requires_grad_()
     b = torch.randn(L, 2, generator=gen, dtype=C128, requires_grad=True)
     assert gradcheck(lambda a, b: linear_scan(a, b, reverse=reverse), (a, b), fast_mode=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.complex64, C128])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_native_scan_equals_blocked_and_ignores_threads(dtype, reverse, monkeypatch):
+    """The compiled scan is used on the CPU, equals the blocked torch scan to rounding, and gives
+    bit-identical results on 1 and 2 threads (each column is one sequential recurrence)."""
+    import graphattn.producers.converter_ops as ops
+
+    gen = torch.Generator().manual_seed(7)
+    L, F = 4099, 70  # F not a multiple of the column grain; L large enough to run threaded
+    a = torch.randn(L, generator=gen, dtype=C128) * 0.9
+    b = torch.randn(L, F, generator=gen, dtype=C128)
+    a, b = ((t if dtype.is_complex else t.real).to(dtype).contiguous() for t in (a, b))
+    native = ops._native_scan_ops(a, b)
+    if native is None:
+        pytest.skip("the compiled CPU kernel is unavailable here")
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = ops._scan_(a, b.clone(), reverse)
+        torch.set_num_threads(2)
+        two = ops._scan_(a, b.clone(), reverse)
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(one, two)
+    monkeypatch.setattr(ops, "NATIVE_SCAN", False)
+    blocked = ops._scan_(a, b.clone(), reverse)
+    tol = 1e-4 if dtype in (torch.float32, torch.complex64) else 1e-11
+    assert (one - blocked).abs().max() <= tol * blocked.abs().max()
 
 
 @pytest.mark.parametrize("complex_input", [False, True])
