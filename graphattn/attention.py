@@ -18,6 +18,7 @@ from graphattn.kernels.fused import (
     backend_ops,
     default_backend,
     fused_explicit_attention,
+    unavailable_reason,
     unsupported_reason,
 )
 from graphattn.producers.base import EdgeProducer, ProducerContext
@@ -362,11 +363,10 @@ class EdgeAttention(MessagePassing):
         rows = table[idx]  # [B, Hs, k, F]
 
         def project(lin: nn.Module) -> Tensor:
-            w = lin.weight.view(H, C, -1)
             if Hs == 1:  # every head reads the same rows: one matmul
                 out = (rows[:, 0] @ lin.weight.t()).view(B, k, H, C).transpose(1, 2)
             else:  # head h reads its own rows through its own slice W^{(h)}
-                out = torch.einsum("bhkf,hcf->bhkc", rows, w)
+                out = torch.einsum("bhkf,hcf->bhkc", rows, lin.weight.view(H, C, -1))
             if lin.bias is not None:
                 out = out + lin.bias.view(1, H, 1, C)
             return out
@@ -385,7 +385,12 @@ class EdgeAttention(MessagePassing):
                 raise ValueError(f"kernel='fused' cannot run this edge set: {reason}")
         elif reason is not None or not FUSED_BY_DEFAULT or self._has_pyg_hooks():
             return False
-        return backend_ops(backend) is not None  # None: not buildable (warned once)
+        if backend_ops(backend, warn=self.kernel != "fused") is not None:
+            return True
+        if self.kernel == "fused":  # asked for explicitly: no silent fallback
+            raise ValueError(f"kernel='fused' cannot run: the {backend} kernel is unavailable "
+                             f"({unavailable_reason(backend)})")
+        return False  # kernel='auto': the reference path (warned once)
 
     def _has_pyg_hooks(self) -> bool:
         """PyG explain mode or message-passing hooks need ``propagate`` (the reference path)."""

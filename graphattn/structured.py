@@ -27,6 +27,20 @@ from graphattn.edgeset import (
 from graphattn.origins import origin_code
 
 
+def _check_ptr_and_batch(ptr: Tensor, num_nodes: int, batch: Tensor | None, kind: str) -> None:
+    """``ValueError`` unless ``ptr`` ends at ``num_nodes`` and the sorted ``batch`` agrees with it:
+    structured edge sets address contiguous per-graph node ranges, so this is their
+    no-cross-graph-edge guarantee."""
+    if int(ptr[-1]) != num_nodes:
+        raise ValueError(f"'ptr' must end at num_nodes={num_nodes} (the targets are all real "
+                         f"nodes), got {int(ptr[-1])}")
+    if batch is not None and batch.numel() == num_nodes and num_nodes:
+        expected = torch.repeat_interleave(torch.arange(ptr.numel() - 1, device=batch.device),
+                                           ptr[1:] - ptr[:-1], output_size=num_nodes)
+        if not torch.equal(expected, batch):
+            raise ValueError(f"'batch' must be sorted and agree with 'ptr' for a {kind}")
+
+
 def _check_source_range(name: str, src: Tensor, num_nodes: int, num_virtual: int) -> None:
     """``ValueError`` naming ``name`` unless every source id lies in ``[0, N + n_virtual)``."""
     lo, hi = int(src.min()), int(src.max())
@@ -138,19 +152,7 @@ class SharedSourceEdgeSet(EdgeSet):
         return int((counts * per_graph).sum())
 
     def validate(self, num_nodes: int, batch: Tensor | None = None) -> EdgeSet:
-        if int(self.ptr[-1]) != num_nodes:
-            raise ValueError(
-                f"'ptr' must end at num_nodes={num_nodes} (the targets are all real nodes), "
-                f"got {int(self.ptr[-1])}"
-            )
-        if batch is not None and batch.numel() == num_nodes and num_nodes:
-            expected = torch.repeat_interleave(
-                torch.arange(self.num_graphs, device=batch.device), self.ptr[1:] - self.ptr[:-1]
-            )
-            if not torch.equal(expected, batch):
-                raise ValueError(
-                    "'batch' must be sorted and agree with 'ptr' for a SharedSourceEdgeSet"
-                )
+        _check_ptr_and_batch(self.ptr, num_nodes, batch, type(self).__name__)
         return super().validate(num_nodes, batch)
 
     def _validate_indices(self, num_nodes: int, batch: Tensor | None) -> None:
@@ -397,9 +399,14 @@ class OperatorEdgeSet(EdgeSet):
         return int((counts * counts).sum())
 
     def validate(self, num_nodes: int, batch: Tensor | None = None) -> EdgeSet:
-        if int(self.ptr[-1]) != num_nodes:
-            raise ValueError(f"'ptr' must end at num_nodes={num_nodes}, got {int(self.ptr[-1])}")
-        return self
+        """The shared checks of :meth:`EdgeSet.validate` (``num_nodes``, ``batch``), then the
+        operator's own: it acts within the contiguous node ranges of ``ptr``, so ``ptr`` must end
+        at ``num_nodes`` and agree with ``batch`` (no cross-graph mixing)."""
+        _check_ptr_and_batch(self.ptr, num_nodes, batch, type(self).__name__)
+        return super().validate(num_nodes, batch)
+
+    def _validate_indices(self, num_nodes: int, batch: Tensor | None) -> None:
+        """No enumerated indices: the ``ptr`` / ``batch`` check in :meth:`validate` covers them."""
 
     def to_explicit(self, max_nodes_per_graph: int = 4096) -> EdgeSet:
         cached = self._cache.get("explicit")

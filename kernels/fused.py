@@ -38,10 +38,10 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from .cpu_extension import cpu_ops
+from .cpu_extension import cpu_extension_error, cpu_ops
 
 BACKENDS = ("cpu", "triton")
-_warned_triton: list[bool] = []
+_triton_state: dict[str, str | None] = {"error": None}  # the failed import, cached
 _INT32_MAX = 2**31 - 1
 
 
@@ -191,16 +191,19 @@ def _triton_ops() -> Any:
     return triton_attention
 
 
-def backend_ops(backend: str) -> Any:
-    """The operator set of ``backend`` (``"cpu"`` or ``"triton"``), or ``None`` if unavailable."""
+def backend_ops(backend: str, *, warn: bool = True) -> Any:
+    """The operator set of ``backend`` (``"cpu"`` or ``"triton"``), or ``None`` if unavailable
+    (with one warning unless ``warn=False``)."""
     if backend == "cpu":
-        return cpu_ops()
+        return cpu_ops(warn=warn)
     if backend == "triton":
+        if _triton_state.get("error") is not None:
+            return None
         try:
             return _triton_ops()
         except ImportError as exc:
-            if not _warned_triton:
-                _warned_triton.append(True)
+            _triton_state["error"] = str(exc)
+            if warn:
                 warnings.warn(
                     f"graphattn: the Triton kernel is unavailable ({exc}); EdgeAttention uses the "
                     "torch reference path on CUDA (pip install 'graphattn[triton]')",
@@ -209,6 +212,13 @@ def backend_ops(backend: str) -> Any:
                 )
             return None
     raise ValueError(f"'backend' must be one of {BACKENDS}, got {backend!r}")
+
+
+def unavailable_reason(backend: str) -> str:
+    """Why :func:`backend_ops` returned ``None`` for ``backend``."""
+    if backend == "cpu":
+        return cpu_extension_error() or "the CPU extension was not built"
+    return _triton_state.get("error") or "triton could not be imported"
 
 
 def default_backend(device: torch.device) -> str | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from contextlib import ExitStack
 from typing import Any
 
 import torch
@@ -138,7 +139,8 @@ class GraphTransformer(nn.Module):
         if isinstance(producer, Mapping) and producer.get("shared"):
             # one instance serves every layer (parameters shared; e.g. SAC predicts one structure)
             spec = {k: v for k, v in producer.items() if k != "shared"}
-            producer = build_producer(spec, heads=heads, num_heads=heads, **(producer_kwargs or {}))
+            producer = build_producer(spec, **{"channels": hidden_channels, "heads": heads,
+                                               "num_heads": heads, **(producer_kwargs or {})})
         producers = (
             list(producer)
             if isinstance(producer, Sequence) and not isinstance(producer, (str, bytes))
@@ -228,6 +230,15 @@ class GraphTransformer(nn.Module):
             return out, t
         return self._forward(data, generator)
 
+    def _shared_producers(self) -> list[Any]:
+        """Producer instances that serve more than one layer (see ``EdgeProducer.sharing_scope``)."""
+        seen: dict[int, tuple[Any, int]] = {}
+        for layer in self.layers:
+            p = getattr(layer, "producer", None)
+            if p is not None:
+                seen[id(p)] = (p, seen.get(id(p), (p, 0))[1] + 1)
+        return [p for p, uses in seen.values() if uses > 1]
+
     def _forward(self, data: Any, generator: torch.Generator | None) -> Tensor:
         h, edge_attr = self.encode(data)
         batch = getattr(data, "batch", None)
@@ -235,8 +246,11 @@ class GraphTransformer(nn.Module):
             batch = torch.zeros(h.size(0), dtype=torch.long, device=h.device)
         view = DataView(data, edge_attr=edge_attr)
         edge_index = getattr(data, "edge_index", None)
-        for layer in self.layers:
-            h = layer(h, edge_index, batch, edge_attr, data=view, generator=generator)
+        with ExitStack() as scopes:
+            for producer in self._shared_producers():
+                scopes.enter_context(producer.sharing_scope())
+            for layer in self.layers:
+                h = layer(h, edge_index, batch, edge_attr, data=view, generator=generator)
         if self.final_norm is not None:
             h = self.final_norm(h)
         if self.task == "graph":

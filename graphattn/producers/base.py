@@ -15,7 +15,8 @@ and ``k``) or Sliceformer (sorting ``v``) read them there.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, ClassVar
 
 import torch
@@ -171,6 +172,27 @@ class EdgeProducer(nn.Module):
 
     def __init__(self) -> None:
         super().__init__()
+        self._share_token: object | None = None
+
+    @contextmanager
+    def sharing_scope(self) -> Iterator[None]:
+        """One model forward pass in which this instance serves several layers.
+
+        The model (:class:`~graphattn.GraphTransformer`) enters it around its layer loop for every
+        producer instance used by more than one layer; inside, :attr:`share_token` identifies the
+        pass, so a producer may predict once and reuse the result in later layers (SAC). Outside a
+        scope every call is a new request."""
+        previous = self._share_token
+        self._share_token = object()
+        try:
+            yield
+        finally:
+            self._share_token = previous
+
+    @property
+    def share_token(self) -> object | None:
+        """The current :meth:`sharing_scope` (``None`` outside one)."""
+        return self.__dict__.get("_share_token")
 
     def forward(
         self,

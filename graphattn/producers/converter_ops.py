@@ -596,17 +596,6 @@ class UnitaryChainOperator(OperatorEdgeSet):
                 raise ValueError(f"'{name}' must be the identity (1, 0, 0, 1) on the pairs that "
                                  f"straddle two graphs (the operator must not mix graphs)")
 
-    def validate(self, num_nodes: int, batch: Tensor | None = None) -> EdgeSet:
-        super().validate(num_nodes, batch)
-        if batch is not None and num_nodes:
-            counts = self.ptr[1:] - self.ptr[:-1]
-            expected = torch.repeat_interleave(torch.arange(counts.numel(), device=batch.device),
-                                               counts, output_size=num_nodes)
-            if not torch.equal(expected, batch):
-                raise ValueError("'batch' must be sorted and agree with 'ptr' for a "
-                                 "UnitaryChainOperator (its chain runs over contiguous graphs)")
-        return self
-
     # ---------------------------------------------------------------------------------- math
     def _coefs(self) -> tuple[tuple[Tensor, ...], ...]:
         if "coefs" not in self._cache:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import copy
 import math
-import weakref
 from typing import Any
 
 import torch
@@ -130,9 +129,11 @@ class SAC(EdgeProducer):
             predicted edge points to receive a zero message).
         pg_to_nodes (bool): let the policy gradient reach the node representations :math:`h`.
         share_structure (bool): predict once per model forward when one instance serves several
-            layers (the paper's setting): a call with the same ``data`` object and ``batch`` tensor
-            but a new ``x`` reuses the last edges (without ``log_prob``, so the policy gradient is
-            counted once).
+            layers (the paper's setting): inside the model's
+            :meth:`~graphattn.producers.EdgeProducer.sharing_scope` (entered by
+            :class:`~graphattn.GraphTransformer` for a producer used by several layers), later
+            layers reuse the first layer's edges without ``log_prob``, so the policy gradient is
+            counted once. Outside a scope every call predicts anew.
         warm_start (int): training forward passes during which the producer returns the input edges
             plus self-loops (GAT-style; also in evaluation) before switching to predicted edges (the
             paper initialises from a trained GAT). Counted in the buffer ``steps`` (saved with the
@@ -247,7 +248,7 @@ class SAC(EdgeProducer):
         else:
             self.predictor = ParallelEdgePolicy(self.embed_dim, sizes, segments)
         self.register_buffer("steps", torch.zeros((), dtype=torch.long))
-        self._shared: tuple[Any, Tensor, Tensor, bool, EdgeSet] | None = None
+        self._shared: tuple[object, EdgeSet] | None = None
         self._hops: tuple[Tensor, Tensor, HopDistances, dict[int, Tensor]] | None = None
 
     def reset_parameters(self) -> None:
@@ -269,7 +270,7 @@ class SAC(EdgeProducer):
             es = self._input_edges(ctx)
         else:
             es = self._predict(ctx)
-        self._remember(ctx, es)
+        self._remember(es)
         return es
 
     def _materialise(self, ctx: ProducerContext) -> None:
@@ -278,10 +279,11 @@ class SAC(EdgeProducer):
                 self.node_proj(ctx.x[:1].to(self.node_proj.weight.dtype))
 
     def _shared_edges(self, ctx: ProducerContext) -> EdgeSet | None:
-        if not self.share_structure or self._shared is None or ctx.data is None:
+        token = self.share_token
+        if not self.share_structure or token is None or self._shared is None:
             return None
-        ref, batch, x, training, es = self._shared
-        if ref() is not ctx.data or batch is not ctx.batch or x is ctx.x or training != ctx.training:
+        owner, es = self._shared
+        if owner is not token:  # predicted in an earlier forward pass
             return None
         if es.num_heads != ctx.num_heads:
             raise ValueError(f"a shared SAC structure was predicted for {es.num_heads} heads, but this "
@@ -291,13 +293,9 @@ class SAC(EdgeProducer):
         out.stats = {**es.stats, "shared": 1}
         return out
 
-    def _remember(self, ctx: ProducerContext, es: EdgeSet) -> None:
-        self._shared = None
-        if self.share_structure and ctx.data is not None:
-            try:
-                self._shared = (weakref.ref(ctx.data), ctx.batch, ctx.x, ctx.training, es)
-            except TypeError:  # data that cannot be weakly referenced: no sharing
-                self._shared = None
+    def _remember(self, es: EdgeSet) -> None:
+        token = self.share_token
+        self._shared = (token, es) if self.share_structure and token is not None else None
 
     def _input_edges(self, ctx: ProducerContext) -> EdgeSet:
         """The warm-start stage: the input edges plus a self-loop per node (GAT-style)."""

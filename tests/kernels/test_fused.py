@@ -256,6 +256,7 @@ def test_empty_graph_and_no_nodes():
 
 @pytest.mark.parametrize("per_head", [False, True])
 def test_graph_layout_matches_torch_construction(per_head):
+    assert cpu_extension.cpu_ops(warn=False) is not None  # else both layouts come from torch
     src, dst, head = per_head_graph(30, 200, 3, seed=8)
     head = head if per_head else None
     graph = build_graph(torch.stack([src, dst]), 30, 32, head=head, num_heads=3)
@@ -411,3 +412,7 @@ def test_missing_compiler_falls_back_to_reference_with_one_warning(monkeypatch):
     messages = [str(w.message) for w in caught if "fused CPU kernel" in str(w.message)]
     assert len(messages) == 1 and "\n" not in messages[0]
     torch.testing.assert_close(out, ref(x, ei))
+    # asked for explicitly, the fused kernel never falls back silently
+    fused_only = EdgeAttention(6, 4, heads=H, kernel="fused").double()
+    with pytest.raises(ValueError, match=r"kernel='fused' cannot run.*GRAPHATTN_NO_CPU_EXTENSION"):
+        fused_only(x, ei)

@@ -148,3 +148,16 @@ def test_custom_producer_example_runs(capsys):
     runpy.run_path(str(ROOT / "examples" / "custom_producer.py"), run_name="__main__")
     assert "dilated" in capsys.readouterr().out
     assert "dilated" in graphattn.producers.PRODUCERS
+
+
+@pytest.mark.parametrize("spec", [{"name": "samsa", "k": 3}, {"name": "sbm"}, {"name": "sac"}],
+                         ids=lambda s: s["name"])
+def test_shared_producer_spec_builds_with_the_layer_defaults(spec):
+    """``"shared": true`` builds one instance with the same defaults a layer would pass
+    (``channels``, ``heads``), and every layer uses it."""
+    from tests.helpers import make_batch
+
+    b = make_batch([5, 4], channels=16, dtype=torch.float32)
+    model = GraphTransformer(16, 2, num_layers=2, producer={**spec, "shared": True}, heads=2)
+    assert model.layers[0].producer is model.layers[1].producer
+    assert model(b).shape == (2, 2)

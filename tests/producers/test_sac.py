@@ -592,6 +592,19 @@ def test_shared_structure_across_layers():
     batch = make_batch([5, 4])
     a, b = produce(p, batch, seed=1), produce(p, batch, seed=2)
     assert b.log_prob is not None and not torch.equal(a.sampled_edge_index, b.sampled_edge_index)
+    # a training loop that reuses one Data object with a new x every step (an encoder in front):
+    # every step is a new prediction with its own log_prob; only a model's sharing scope reuses
+    p = sac(alpha=2)
+    p.train()
+    for step in range(3):
+        es = p(batch.x * (step + 1), batch.batch, data=batch, num_heads=HEADS)
+        assert es.log_prob is not None and "shared" not in es.stats
+    assert int(p.steps) == 3
+    with p.sharing_scope():
+        first = p(batch.x, batch.batch, data=batch, num_heads=HEADS)
+        again = p(batch.x * 2, batch.batch, data=batch, num_heads=HEADS)
+    assert first.log_prob is not None and again.log_prob is None
+    assert torch.equal(again.edge_index, first.edge_index) and again.stats["shared"] == 1
 
 
 def test_union_input_and_self_loops_deviations():

@@ -24,7 +24,6 @@ from graphattn.producers import build_producer
 from graphattn.producers.sbm import SBMEdges
 from graphattn.producers.sbm_sampling import (
     EXPLORATION,
-    SAMPLED,
     SampledEdges,
     bernoulli_sample,
     block_matrix,
@@ -663,4 +662,3 @@ def test_key_projection_matches_dense_p():
     Y, B, Z = random_sbm(5, 2, 3, seed=11)
     W = key_projection(Z, B)
     assert torch.allclose(torch.einsum("ihu,jhu->hij", Y, W), dense_p(Y, B, Z))
-    assert SAMPLED == 0
