@@ -406,13 +406,7 @@ class EdgeSet:
         n = int(es.edge_index.max()) + 1
         h = es.head if es.per_head else torch.zeros_like(src)
         H = es.num_heads if es.per_head else 1
-        key = (dst * H + h) * n + src
-        order = torch.argsort(key, stable=True)
-        sorted_key = key[order]
-        first = torch.ones_like(sorted_key, dtype=torch.bool)
-        first[1:] = sorted_key[1:] != sorted_key[:-1]
-        keep = order[first]
-        return es.select(keep)
+        return es.select(first_occurrences((dst * H + h) * n + src))
 
     def select(self, index: Tensor) -> EdgeSet:
         """The edges ``index`` (a long index or a bool mask over edges), fields sliced alike."""
@@ -491,6 +485,16 @@ class EdgeSet:
             if getattr(self, name) is not None:
                 parts.append(f"{name}={_shape(getattr(self, name))}")
         return f"{type(self).__name__}({', '.join(parts)})"
+
+
+def first_occurrences(key: Tensor) -> Tensor:
+    """Positions of the first occurrence of every distinct value of ``key [E]``, in increasing
+    ``key`` order (the de-duplication of :meth:`EdgeSet.coalesce` and of sampled multi-edges)."""
+    order = torch.argsort(key, stable=True)
+    sorted_key = key[order]
+    first = torch.ones_like(sorted_key, dtype=torch.bool)
+    first[1:] = sorted_key[1:] != sorted_key[:-1]
+    return order[first]
 
 
 def _copy_edge_set(es: EdgeSet) -> EdgeSet:

@@ -316,17 +316,22 @@ def _stats(ctx: ProducerContext, drawn: SampledEdges, gated: Tensor, expected: T
     sampled = torch.bincount(gh, minlength=G * H).view(G, H)
     density = torch.where(n2[:, None] > 0, sampled / n2[:, None].clamp(min=1), torch.zeros_like(n2[:, None]))
     nonempty = sizes > 0
+    graph_density = density[nonempty].mean() if G else density.new_zeros(())
+    # one host transfer for every scalar
+    total, exp_total, gd, *per_head = torch.stack([
+        sampled.sum().to(torch.float64), expected.sum().to(torch.float64),
+        torch.nan_to_num(graph_density.to(torch.float64)), *sampled.sum(0).to(torch.float64)]).tolist()
     denom = H * pairs if pairs else 1.0
     stats: dict[str, Any] = {
-        "density": float(sampled.sum()) / denom,
-        "expected_density": float(expected.sum()) / denom,
-        "graph_density": float(density[nonempty].mean()) if bool(nonempty.any()) else 0.0,
-        "sampled_edges": float(sampled.sum()),
-        "expected_edges": float(expected.sum()),
+        "density": total / denom,
+        "expected_density": exp_total / denom,
+        "graph_density": gd,
+        "sampled_edges": total,
+        "expected_edges": exp_total,
         "edges_per_node": drawn.num_edges / max(ctx.num_nodes, 1),
     }
-    for h in range(H):
-        stats[f"density_head{h}"] = float(sampled[:, h].sum()) / (pairs or 1.0)
-    # [G, H] tensors, nested so that loggers of scalar statistics skip them
+    for h, count in enumerate(per_head):
+        stats[f"density_head{h}"] = count / (pairs or 1.0)
+    # the [G, H] tensors, grouped (loggers of scalar statistics skip non-scalar values)
     stats["per_graph_head"] = {"sampled_edges": sampled, "expected_edges": expected, "density": density}
     return stats

@@ -42,10 +42,11 @@ from torch import Tensor
 from torch.autograd import Function
 from torch.autograd.function import once_differentiable
 
+from graphattn.edgeset import first_occurrences
+
 #: edge kinds, in the priority order of :func:`dedupe` (an SBM draw beats an exploration draw beats an
 #: added self-loop)
 SAMPLED, EXPLORATION, SELF_LOOP = 0, 1, 2
-_NUM_KINDS = 3
 
 
 class SampledEdges(NamedTuple):
@@ -467,23 +468,16 @@ def bernoulli_sample(
 # ------------------------------------------------------------------------- dedupe, self-loops
 def dedupe(edges: SampledEdges, num_nodes: int, num_heads: int) -> SampledEdges:
     """Distinct ``(query, head, key)`` edges, sorted by query, then head, then key (the layer's CSR
-    order). Of several copies the one of the lowest ``kind`` is kept (an SBM draw beats an exploration
-    draw beats an added self-loop)."""
+    order), each kept at its first occurrence (:func:`~graphattn.edgeset.first_occurrences`, as
+    :meth:`EdgeSet.coalesce`). The samplers list SBM draws, then exploration draws, and
+    :func:`add_self_loops` appends loops last, so a copy of the lowest ``kind`` is kept."""
     if edges.num_edges == 0:
         return edges
     N, H = num_nodes, num_heads
-    if N * N * H * _NUM_KINDS >= 2**62:
+    if N * N * H >= 2**62:
         raise ValueError(f"too many nodes ({N}) x heads ({H}) to de-duplicate with int64 keys")
-    key = ((edges.query * H + edges.head) * N + edges.key) * _NUM_KINDS + edges.kind
-    key = torch.unique(key, sorted=True)
-    base = torch.div(key, _NUM_KINDS, rounding_mode="floor")
-    first = torch.ones_like(base, dtype=torch.bool)
-    first[1:] = base[1:] != base[:-1]
-    key, base = key[first], base[first]
-    kind = key - base * _NUM_KINDS
-    src = base % N
-    rest = torch.div(base, N, rounding_mode="floor")
-    return SampledEdges(torch.div(rest, H, rounding_mode="floor"), src, rest % H, kind)
+    keep = first_occurrences((edges.query * H + edges.head) * N + edges.key)
+    return SampledEdges(edges.query[keep], edges.key[keep], edges.head[keep], edges.kind[keep])
 
 
 def add_self_loops(edges: SampledEdges, num_nodes: int, num_heads: int, *,

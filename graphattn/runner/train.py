@@ -358,7 +358,8 @@ def _density(model: GraphTransformer) -> list[dict[str, float] | None]:
             continue
         stats = {}
         for k, v in es.stats.items():
-            if isinstance(v, (int, float)) or (isinstance(v, Tensor) and v.numel() == 1):
+            # scalars only: a [1, 1] per-(graph, head) tensor of a one-graph batch is not a scalar
+            if isinstance(v, (int, float)) or (isinstance(v, Tensor) and v.dim() == 0):
                 stats[k] = round(float(v), 4)
         out.append(stats)
     return out
