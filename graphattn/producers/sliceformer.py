@@ -114,17 +114,26 @@ def slice_sort_src(
     N, C = values.shape
     batch = _check_batch(batch, N)
     _check_choice("method", method, ("auto", "lexsort", "segmented"))
-    key = values
+    if isinstance(descending, Tensor) and (descending.dtype != torch.bool or descending.shape != (C,)):
+        raise ValueError(f"'descending' must be a BoolTensor of shape [{C}] (one flag per "
+                         f"column) or a bool, got {descending.dtype} {list(descending.shape)}")
+    single = batch is None or _single_graph(batch)
+    return _sort_src(values, batch, descending, method=method, single_graph=single,
+                     is_sorted=single or _is_sorted(batch))
+
+
+def _sort_src(values: Tensor, batch: Tensor | None, descending: bool | Tensor | None, *,
+              method: str, single_graph: bool, is_sorted: bool) -> Tensor:
+    """:func:`slice_sort_src` on checked inputs (the producer passes what the layer already
+    checked and what its context knows: one graph, a sorted batch)."""
+    N = values.size(0)
+    key = values.detach()
     if isinstance(descending, Tensor):
-        if descending.dtype != torch.bool or descending.shape != (C,):
-            raise ValueError(f"'descending' must be a BoolTensor of shape [{C}] (one flag per "
-                             f"column) or a bool, got {descending.dtype} {list(descending.shape)}")
-        key = torch.where(descending.to(values.device), -values, values)
+        key = torch.where(descending.to(values.device), -key, key)
     elif descending:
-        key = -values
-    if batch is None or _single_graph(batch):
+        key = -key
+    if batch is None or single_graph:
         return torch.argsort(key, dim=0, stable=True)
-    is_sorted = _is_sorted(batch)
     if method == "segmented" and not is_sorted:
         raise ValueError("method='segmented' needs 'batch' sorted by graph (as in a PyG Batch)")
     counts = torch.bincount(batch)
@@ -384,7 +393,9 @@ class SliceSortEdges(EdgeProducer):
         if self.order == "max_exchange":
             src = max_exchange_src(key, ctx.batch)
         else:
-            src = slice_sort_src(key, ctx.batch, self.descending(H, key.device))
+            # the layer validated x and the batch: sort without checking them again
+            src = _sort_src(key, ctx.batch, self.descending(H, key.device), method="auto",
+                            single_graph=ctx.num_graphs == 1, is_sorted=ctx.is_sorted)
         origin = torch.full((1, 1), origin_code("sorted"), dtype=torch.long, device=src.device)
         return PermutationEdgeSet(
             src, num_heads=ctx.num_heads, mode="weighted", origin=origin.expand(N, H),
