@@ -19,6 +19,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch_geometric.utils import to_dense_batch
 
 from graphattn.edgeset import EdgeSet
 from graphattn.origins import origin_code
@@ -418,14 +419,10 @@ class SAMSA(EdgeProducer):
         if noise is not None:
             s = s + noise[0]
             sz = sz + noise[1].transpose(1, 2)
-        local = torch.arange(N, device=ctx.device) - ptr[ctx.batch]
-        flat = ctx.batch * n_max + local
-        real = s.new_full((B * n_max, H), neg).index_put((flat,), s).view(B, n_max, H)
+        real, real_valid = to_dense_batch(s, ctx.batch, fill_value=neg, max_num_nodes=n_max,
+                                          batch_size=B)  # [B, n_max, H], [B, n_max]
         pool = torch.cat([real.transpose(1, 2), sz], dim=2)  # [B, H, n_max + S]
-        pos = torch.arange(n_max + S, device=ctx.device)
-        valid = torch.cat([
-            (pos[None, :n_max] < counts[:, None]), torch.ones(B, S, dtype=torch.bool,
-                                                              device=ctx.device)], 1)  # [B, P]
+        valid = torch.cat([real_valid, real_valid.new_ones(B, S)], 1)  # [B, P]
         P = n_max + S
         k = min(self.k, P)
         m = min(2 * k, P)

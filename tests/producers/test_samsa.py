@@ -573,6 +573,12 @@ def test_building_blocks():
     x = torch.randn(5, 8, dtype=torch.float64)
     norm = RMSNorm(8).double()
     torch.testing.assert_close(norm(x), x / (x.pow(2).mean(-1, keepdim=True).sqrt() + 1e-8))
+    # the authors' eps sits outside the root (torch.nn.RMSNorm puts it inside): tell them apart
+    tiny, wide = 1e-3 * x, RMSNorm(8, eps=0.5).double()
+    outside = tiny / (tiny.pow(2).mean(-1, keepdim=True).sqrt() + 0.5)
+    inside = tiny / (tiny.pow(2).mean(-1, keepdim=True) + 0.5).sqrt()
+    torch.testing.assert_close(wide(tiny), outside)
+    assert not torch.allclose(outside, inside, rtol=1e-3)
     net = ImportanceScore(8, 3).double()
     assert net(x).shape == (5, 3)
 
