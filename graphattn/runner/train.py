@@ -224,13 +224,15 @@ class Trainer:
         return True
 
     # ------------------------------------------------------------- training
-    def _step_loss(self, batch: Any, mask: Tensor | None = None) -> Tensor:
+    def _step_loss(self, batch: Any, mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """``(objective, task loss)``: the optimised objective adds the auxiliary and
+        policy-gradient terms to the task loss (which is logged on its own)."""
         model, task, cfg = self.model, self.task, self.cfg
         out = model(batch)
         y = batch.y
         loss = task_loss(task, out[mask] if mask is not None else out,
                          y[mask] if mask is not None else y)
-        self._task_loss = float(loss.detach())  # logged apart from the aux / REINFORCE terms
+        task_value = loss.detach()
         aux = model.aux_loss()
         if aux is not None and cfg["aux_weight"]:
             loss = loss + cfg["aux_weight"] * aux
@@ -243,7 +245,7 @@ class Trainer:
                 graph = torch.arange(out.size(0), device=out.device)
                 rewards = per_graph_log_likelihood(task.loss, out.detach(), y, graph, out.size(0))
             loss = loss + cfg["pg_weight"] * self.baseline.loss(terms, rewards)
-        return loss
+        return loss, task_value
 
     def train_epoch(self, deadline: float | None = None) -> float:
         """One pass over the training set; stops early (mid-epoch) once ``deadline``
@@ -262,14 +264,14 @@ class Trainer:
         for batch, mask in batches:
             batch = batch.to(self.device)
             self.optimizer.zero_grad(set_to_none=True)
-            loss = self._step_loss(batch, None if mask is None else mask.to(self.device))
+            loss, task_value = self._step_loss(batch, None if mask is None else mask.to(self.device))
             if not torch.isfinite(loss):
                 raise FloatingPointError(f"non-finite training loss at epoch {self.epoch + 1}")
             loss.backward()
             if cfg["grad_clip"]:
                 nn.utils.clip_grad_norm_(self.model.parameters(), cfg["grad_clip"])
             self.optimizer.step()
-            losses.append(self._task_loss)
+            losses.append(float(task_value))
             objectives.append(float(loss.detach()))
             if deadline is not None and time.perf_counter() > deadline:
                 self.budget_hit = True
