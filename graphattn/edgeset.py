@@ -92,8 +92,20 @@ def ptr_from_batch(batch: Tensor, num_graphs: int | None = None) -> Tensor:
     """CSR pointer ``[B + 1]`` of a sorted ``batch`` vector."""
     if num_graphs is None:
         num_graphs = int(batch.max()) + 1 if batch.numel() else 0
-    counts = torch.bincount(batch, minlength=num_graphs)
+    return ptr_from_counts(torch.bincount(batch, minlength=num_graphs))
+
+
+def ptr_from_counts(counts: Tensor) -> Tensor:
+    """CSR pointer ``[R + 1]`` (exclusive prefix sum with the total) of ``counts [R]``."""
     return torch.cat([counts.new_zeros(1), counts.cumsum(0)])
+
+
+def sort_rows(rows: Tensor, num_rows: int) -> tuple[Tensor, Tensor]:
+    """``(perm, ptr)``: the stable permutation sorting ``rows [E]`` and the CSR pointer
+    ``[num_rows + 1]`` of the sorted order (the layout of :meth:`EdgeSet.csr` and of the fused
+    kernel's graphs)."""
+    perm = torch.argsort(rows, stable=True)
+    return perm, ptr_from_counts(torch.bincount(rows, minlength=num_rows))
 
 
 class EdgeSet:
@@ -470,9 +482,7 @@ class EdgeSet:
                 num_rows = num_nodes * self.num_heads
             else:
                 rows, num_rows = dst, num_nodes
-            perm = torch.argsort(rows, stable=True)
-            counts = torch.bincount(rows, minlength=num_rows)
-            ptr = torch.cat([counts.new_zeros(1), counts.cumsum(0)])
+            perm, ptr = sort_rows(rows, num_rows)
             self._cache[key] = (perm, ptr, rows)
         return self._cache[key]
 

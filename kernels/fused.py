@@ -38,6 +38,8 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
+from graphattn.edgeset import ptr_from_counts, sort_rows
+
 from .cpu_extension import cpu_extension_error, cpu_ops
 
 BACKENDS = ("cpu", "triton")
@@ -83,7 +85,7 @@ class FusedGraph:
 
 
 def _ptr(counts: Tensor) -> Tensor:
-    return torch.cat([counts.new_zeros(1), counts.cumsum(0)]).to(torch.int32)
+    return ptr_from_counts(counts).to(torch.int32)
 
 
 def _build_csr_torch(
@@ -99,9 +101,8 @@ def _build_csr_torch(
             raise ValueError(f"edge heads must lie in [0, {H})")
     rows = dst * Hm + head if head is not None else dst
     cols = src * Hm + head if head is not None else src
-    perm = torch.argsort(rows, stable=True)
-    rowptr = _ptr(torch.bincount(rows, minlength=N * Hm))
-    return rowptr, cols[perm].to(torch.int32), perm.to(torch.int32)
+    perm, rowptr = sort_rows(rows, N * Hm)
+    return rowptr.to(torch.int32), cols[perm].to(torch.int32), perm.to(torch.int32)
 
 
 def _build_csc_torch(rowptr: Tensor, col: Tensor, eid: Tensor, S: int) -> tuple[Tensor, Tensor, Tensor]:
@@ -374,9 +375,7 @@ def dropout_mask(num_edges: int, heads: int, p: float, like: Tensor) -> Tensor:
     Folding the mask into the weight gives exactly ``dropout(alpha) * w``; it uses the global RNG
     like :func:`torch.nn.functional.dropout`.
     """
-    return torch.empty(num_edges, heads, dtype=like.dtype, device=like.device).bernoulli_(1 - p) / (
-        1 - p
-    )
+    return torch.nn.functional.dropout(like.new_ones(num_edges, heads), p=p)
 
 
 def fused_explicit_attention(
