@@ -365,8 +365,8 @@ class EdgeAttention(MessagePassing):
         def project(lin: nn.Module) -> Tensor:
             if Hs == 1:  # every head reads the same rows: the layer's own projection
                 return lin(rows[:, 0]).view(B, k, H, C).transpose(1, 2)
-            else:  # head h reads its own rows through its own slice W^{(h)}
-                out = torch.einsum("bhkf,hcf->bhkc", rows, lin.weight.view(H, C, -1))
+            # head h reads its own rows through its own slice W^{(h)}
+            out = torch.einsum("bhkf,hcf->bhkc", rows, lin.weight.view(H, C, -1))
             return out if lin.bias is None else out + lin.bias.view(1, H, 1, C)
 
         kd = project(self.lin_key) if use_key else None
