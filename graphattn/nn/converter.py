@@ -256,6 +256,8 @@ class ConverterModel(GraphTransformer):
             ``"cls"`` for ListOps; the paper uses ``"mean"``).
     """
 
+    builds_own_layers = True
+
     def __init__(self, hidden_channels: int, out_channels: int, num_layers: int = 1,
                  producer: Any = "converter", conv: str | None = None, *, rpe: bool = True,
                  rpe_layers: int = 2, value_dropout: float | None = None,
@@ -272,10 +274,10 @@ class ConverterModel(GraphTransformer):
                              "hidden_channels)")
         for key in ("norm_first", "heads"):
             kwargs.pop(key, None)
-        # GraphTransformer builds the encoders, the read-out and the head; its hybrid layers (built
-        # here as cheap local placeholders) are replaced by the Converter blocks below
+        # GraphTransformer builds the encoders, the read-out and the head; the Converter blocks are
+        # built below (builds_own_layers)
         super().__init__(hidden_channels, out_channels, num_layers=num_layers, producer=None,
-                         conv="gcn", heads=1, norm_first=False, **kwargs)
+                         conv=None, heads=1, norm_first=False, **kwargs)
         if readout is not None:
             self.pool = readout
         dropout = float(kwargs.get("dropout", 0.0))

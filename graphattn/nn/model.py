@@ -84,6 +84,9 @@ class GraphTransformer(nn.Module):
             receive their 0-based layer index and :math:`L` by default.
     """
 
+    #: set by presets that build their own blocks (SAMSA, Converter): no HybridLayers are built
+    builds_own_layers: bool = False
+
     def __init__(
         self,
         hidden_channels: int,
@@ -136,43 +139,45 @@ class GraphTransformer(nn.Module):
                              if node_encoder is not None else None)
         self.edge_encoder = EdgeEncoder(edge_encoder, hidden_channels) if edge_encoder else None
         self.pe_encoder = Linear(-1, hidden_channels) if self.pe_attr else None
-        if isinstance(producer, Mapping) and producer.get("shared"):
-            # one instance serves every layer (parameters shared; e.g. SAC predicts one structure)
-            spec = {k: v for k, v in producer.items() if k != "shared"}
-            producer = build_producer(spec, **{"channels": hidden_channels, "heads": heads,
-                                               "num_heads": heads, **(producer_kwargs or {})})
-        producers = (
-            list(producer)
-            if isinstance(producer, Sequence) and not isinstance(producer, (str, bytes))
-            else [producer] * num_layers
-        )
-        if len(producers) != num_layers:
-            raise ValueError(f"got {len(producers)} producer specs for num_layers={num_layers}")
-        edge_dim = hidden_channels if edge_encoder else None
-        n = num_layers
-        self.layers = nn.ModuleList(
-            HybridLayer(
-                out_channels if (head_layers == 0 and i == n - 1) else hidden_channels,
-                conv=conv,
-                producer=p,
-                heads=heads,
-                dropout=dropout,
-                attn_dropout=attn_dropout,
-                act=act,
-                norm=norm,
-                norm_first=norm_first,
-                ffn_ratio=ffn_ratio,
-                edge_dim=edge_dim,
-                attn_kwargs=attn_kwargs,
-                # layer-dependent producers (Sliceformer's interleave) learn their depth here
-                producer_kwargs={"layer": i, "num_layers": n, **(producer_kwargs or {})},
-                residual=residual,
-                ffn=ffn,
-                in_channels=-1 if (i == 0 and node_encoder is None) else hidden_channels,
-                output_layer=head_layers == 0 and i == n - 1,
+        self.layers = nn.ModuleList()  # a preset (builds_own_layers) fills it itself
+        if not self.builds_own_layers:
+            if isinstance(producer, Mapping) and producer.get("shared"):
+                # one instance serves every layer (parameters shared; e.g. SAC predicts one structure)
+                spec = {k: v for k, v in producer.items() if k != "shared"}
+                producer = build_producer(spec, **{"channels": hidden_channels, "heads": heads,
+                                                   "num_heads": heads, **(producer_kwargs or {})})
+            producers = (
+                list(producer)
+                if isinstance(producer, Sequence) and not isinstance(producer, (str, bytes))
+                else [producer] * num_layers
             )
-            for i, p in enumerate(producers)
-        )
+            if len(producers) != num_layers:
+                raise ValueError(f"got {len(producers)} producer specs for num_layers={num_layers}")
+            edge_dim = hidden_channels if edge_encoder else None
+            n = num_layers
+            self.layers = nn.ModuleList(
+                HybridLayer(
+                    out_channels if (head_layers == 0 and i == n - 1) else hidden_channels,
+                    conv=conv,
+                    producer=p,
+                    heads=heads,
+                    dropout=dropout,
+                    attn_dropout=attn_dropout,
+                    act=act,
+                    norm=norm,
+                    norm_first=norm_first,
+                    ffn_ratio=ffn_ratio,
+                    edge_dim=edge_dim,
+                    attn_kwargs=attn_kwargs,
+                    # layer-dependent producers (Sliceformer's interleave) learn their depth here
+                    producer_kwargs={"layer": i, "num_layers": n, **(producer_kwargs or {})},
+                    residual=residual,
+                    ffn=ffn,
+                    in_channels=-1 if (i == 0 and node_encoder is None) else hidden_channels,
+                    output_layer=head_layers == 0 and i == n - 1,
+                )
+                for i, p in enumerate(producers)
+            )
         self.final_norm = nn.LayerNorm(hidden_channels) if norm_first and head_layers else None
         head: list[nn.Module] = []
         for _ in range(head_layers - 1):
@@ -255,14 +260,18 @@ class GraphTransformer(nn.Module):
             h = self.final_norm(h)
         if self.task == "graph":
             num_graphs = int(getattr(data, "num_graphs", int(batch.max()) + 1 if batch.numel() else 1))
-            if self.pool == "cls":
-                counts = torch.bincount(batch, minlength=num_graphs)
-                if bool((counts == 0).any()):
-                    raise ValueError("pool='cls' needs every graph to have a node (its CLS node)")
-                h = h[torch.cumsum(counts, 0) - counts]
-            else:
-                h = POOLS[self.pool](h, batch, size=num_graphs)
+            h = self._pool(h, batch, num_graphs, self.pool)
         return self.head(h)
+
+    @staticmethod
+    def _pool(h: Tensor, batch: Tensor, num_graphs: int, pool: str) -> Tensor:
+        """Graph read-out: ``"cls"`` takes each graph's first node, else a PyG pooling."""
+        if pool == "cls":
+            counts = torch.bincount(batch, minlength=num_graphs)
+            if bool((counts == 0).any()):
+                raise ValueError(f"{pool=!r} needs every graph to have a node (its CLS node)")
+            return h[torch.cumsum(counts, 0) - counts]
+        return POOLS[pool](h, batch, size=num_graphs)
 
     # --------------------------------------------------------- training signals
     def edge_sets(self) -> list[EdgeSet]:

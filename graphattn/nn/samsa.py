@@ -187,6 +187,8 @@ class SAMSATransformer(GraphTransformer):
         Other arguments as in :class:`~graphattn.GraphTransformer`.
     """
 
+    builds_own_layers = True
+
     def __init__(
         self,
         hidden_channels: int,
@@ -229,10 +231,10 @@ class SAMSATransformer(GraphTransformer):
         if readout not in READOUTS:
             raise ValueError(f"'readout' must be one of {READOUTS}, got {readout!r}")
         specs = _samsa_specs(producer, num_layers, producer_kwargs)
-        # the encoders, positional encodings and head of GraphTransformer (its one throwaway
-        # layer is replaced below)
+        # the encoders, positional encodings and head of GraphTransformer; the blocks are built
+        # below (builds_own_layers)
         super().__init__(
-            hidden_channels, out_channels, num_layers=1, producer="full", conv=None, heads=heads,
+            hidden_channels, out_channels, num_layers=num_layers, producer=None, conv=None, heads=heads,
             dropout=dropout, norm=None, act=act, ffn=False, node_encoder=node_encoder,
             num_embeddings=num_embeddings, edge_encoder=None, pe=pe, pe_attr=pe_attr,
             pe_dim=pe_dim, task=task, pool="mean" if readout == "attention" else readout,
@@ -273,9 +275,4 @@ class SAMSATransformer(GraphTransformer):
             assert self.readout_score is not None
             w = softmax(self.readout_score(h).squeeze(-1), batch, num_nodes=num_graphs)
             return scatter(w.unsqueeze(-1) * h, batch, dim=0, dim_size=num_graphs, reduce="sum")
-        if self.readout == "cls":
-            counts = torch.bincount(batch, minlength=num_graphs)
-            if bool((counts == 0).any()):
-                raise ValueError("readout='cls' needs every graph to have a node (its CLS node)")
-            return h[torch.cumsum(counts, 0) - counts]
-        return POOLS[self.readout](h, batch, size=num_graphs)
+        return self._pool(h, batch, num_graphs, self.readout)
