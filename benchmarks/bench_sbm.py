@@ -17,7 +17,7 @@ processes taking the cores; wall time is reported too), edges, CPU time per samp
 Bernoulli / fastRG ratios. On a shared box read the ratios and the per-edge flatness, and note the
 load printed with every row.
 
-    python benchmarks/bench_sbm.py                     # the full grid (n up to 16384; 7 min on a quiet 2-core box)
+    python benchmarks/bench_sbm.py                     # full grid, n up to 16384 (7 min, quiet 2-core box)
     python benchmarks/bench_sbm.py --quick             # n = 1024, 4096 only
 """
 

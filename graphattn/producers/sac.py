@@ -32,6 +32,7 @@ from graphattn.edgeset import EdgeSet, union_edge_sets
 from graphattn.origins import origin_code
 from graphattn.producers._util import producer_generator
 from graphattn.producers.base import EdgeProducer, ProducerContext, check_positive_int
+from graphattn.producers.input import InputEdges
 from graphattn.producers.registry import register_producer
 from graphattn.producers.sac_decoder import (
     DecodePlan,
@@ -59,6 +60,12 @@ class SampledEdgeSet(EdgeSet):
 
     sampled_edge_index: Tensor
     sampled_head: Tensor | None
+
+
+def _input_edges(ctx: ProducerContext, *, self_loops: bool) -> EdgeSet:
+    """The input graph's edges (plus a self-loop for every node without one): the ``input``
+    producer, without edge features (predicted edges have none)."""
+    return InputEdges(self_loops=self_loops, edge_attr=None).produce(ctx)
 
 
 @register_producer("sac")
@@ -299,17 +306,11 @@ class SAC(EdgeProducer):
 
     def _input_edges(self, ctx: ProducerContext) -> EdgeSet:
         """The warm-start stage: the input edges plus a self-loop per node (GAT-style)."""
-        ei = getattr(ctx.data, "edge_index", None) if ctx.data is not None else None
-        if ei is None:
+        if ctx.data is None or getattr(ctx.data, "edge_index", None) is None:
             raise ValueError("warm_start needs the input edges data.edge_index")
-        EdgeSet(ei, num_heads=ctx.num_heads).validate(ctx.num_nodes, ctx.batch)
-        loops = torch.arange(ctx.num_nodes, device=ctx.device)
-        ei = torch.cat([ei[:, ei[0] != ei[1]], torch.stack([loops, loops])], 1)
-        origin = torch.full((ei.size(1),), origin_code("input"), dtype=torch.long, device=ctx.device)
-        if ctx.num_nodes:
-            origin[-ctx.num_nodes:] = origin_code("self_loop")
-        return EdgeSet(ei, num_heads=ctx.num_heads, origin=origin,
-                       stats={"edges_per_node": ei.size(1) / max(ctx.num_nodes, 1), "warm_start": 1})
+        es = _input_edges(ctx, self_loops=True)
+        es.stats["warm_start"] = 1
+        return es
 
     # ---------------------------------------------------------------------------- the layout
     def _layout(self, ctx: ProducerContext) -> dict[str, Any]:
@@ -628,11 +629,11 @@ class SAC(EdgeProducer):
         code = origin_code("sampled")
         parts = [EdgeSet(ei, head=eh, num_heads=ctx.num_heads,
                          origin=torch.full((ei.size(1),), code, dtype=torch.long, device=ctx.device))]
-        if self.union_input and ctx.data is not None and getattr(ctx.data, "edge_index", None) is not None:
-            iei = ctx.data.edge_index
-            parts.append(EdgeSet(iei, num_heads=ctx.num_heads, origin=torch.full(
-                (iei.size(1),), origin_code("input"), dtype=torch.long, device=ctx.device)))
-        if self.self_loops:
+        with_input = (self.union_input and ctx.data is not None
+                      and getattr(ctx.data, "edge_index", None) is not None)
+        if with_input:
+            parts.append(_input_edges(ctx, self_loops=self.self_loops))
+        elif self.self_loops:
             loop = torch.arange(ctx.num_nodes, device=ctx.device)
             parts.append(EdgeSet(torch.stack([loop, loop]), num_heads=ctx.num_heads, origin=torch.full(
                 (ctx.num_nodes,), origin_code("self_loop"), dtype=torch.long, device=ctx.device)))

@@ -179,6 +179,12 @@ def test_a4_teacher_forcing_reproduces_sampled_log_prob(variant):
     forced = p.log_prob_of(batch.x, batch.batch, es.sampled_edge_index, es.sampled_head, data=batch,
                            num_heads=HEADS)
     torch.testing.assert_close(forced, es.log_prob, rtol=1e-9, atol=1e-9)
+    # both sides above come from the scoring pass: also check it against the sampler's own
+    # step-by-step probabilities (without gradients the producer returns the rollout's)
+    with torch.no_grad():
+        rolled = produce(p, batch, training=True)
+    assert torch.equal(rolled.sampled_edge_index, es.sampled_edge_index)
+    torch.testing.assert_close(rolled.log_prob, es.log_prob.detach(), rtol=1e-9, atol=1e-9)
     # with i.i.d. draws (parallel, with replacement) the order of the given edges does not matter
     # (without replacement the order of an origin's draws is part of the action)
     if variant.get("policy") == "parallel" and variant.get("no_repeat") is False:
@@ -555,8 +561,13 @@ def test_warm_start_uses_input_edges_then_switches():
         if step < 2:
             assert es.log_prob is None and es.stats.get("warm_start") == 1
             assert set(es.origin.tolist()) == {origin_code("input"), origin_code("self_loop")}
-            loops = es.edge_index[:, es.origin == origin_code("self_loop")]
-            assert torch.equal(loops[0], loops[1]) and loops.size(1) == batch.num_nodes
+            # the input edges plus a self-loop for every node that has none (the `input` producer)
+            ei = es.edge_index
+            looped = ei[0][ei[0] == ei[1]]
+            assert set(looped.tolist()) == set(range(batch.num_nodes))
+            added = ei[:, es.origin == origin_code("self_loop")]
+            assert torch.equal(added[0], added[1])
+            assert ei.size(1) == batch.edge_index.size(1) + added.size(1)
         else:
             assert es.log_prob is not None
     assert int(p.steps) == 3 and "steps" in p.state_dict()
