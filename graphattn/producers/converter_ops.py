@@ -31,7 +31,14 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from graphattn.edgeset import EdgeSet, _need_finite, _need_long, _need_tensor, _shape
+from graphattn.edgeset import (
+    EdgeSet,
+    _need_finite,
+    _need_long,
+    _need_tensor,
+    _shape,
+    ptr_from_counts,
+)
 from graphattn.origins import origin_code
 from graphattn.structured import OperatorEdgeSet
 
@@ -484,16 +491,19 @@ def kernel_polynomial_loss(weight: Tensor) -> Tensor:
 def stride_permutation(counts: Tensor, stride: int) -> Tensor:
     """``perm [N]`` of the fixed stride shuffle :math:`P` applied per graph (``P x = x[perm]``):
     each graph's local indices reshaped ``(n / M, M)``, transposed and flattened."""
-    perm = []
-    start = 0
-    for n in counts.tolist():
-        if n % stride:
-            raise ValueError(f"'stride'={stride} needs every graph size to be a multiple of it, "
-                             f"got a graph of {n} nodes")
-        local = torch.arange(n, device=counts.device).view(n // stride, stride).t().reshape(-1)
-        perm.append(local + start)
-        start += n
-    return torch.cat(perm) if perm else counts.new_zeros(0)
+    bad = counts % stride != 0
+    if bool(bad.any()):
+        raise ValueError(f"'stride'={stride} needs every graph size to be a multiple of it, "
+                         f"got a graph of {int(counts[bad][0])} nodes")
+    # slot l of a graph of n = m·M nodes (M = stride) reads its local node (l mod m)·M + l div m
+    ptr = ptr_from_counts(counts)
+    N = int(ptr[-1])
+    graph = torch.repeat_interleave(torch.arange(counts.numel(), device=counts.device), counts,
+                                    output_size=N)
+    start = ptr[graph]
+    local = torch.arange(N, device=counts.device) - start
+    m = counts[graph] // stride
+    return start + (local % m) * stride + torch.div(local, m, rounding_mode="floor")
 
 
 class UnitaryChainOperator(OperatorEdgeSet):
