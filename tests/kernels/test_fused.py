@@ -117,7 +117,7 @@ def inputs(N, H, C, E, *, dtype=torch.float64, seed=0, bias_dims=2, weight_dims=
     return q, k, v, bias, weight
 
 
-def fused_per_head(q, k, v, graph, bias, weight, scale, softmax=True):
+def fused_per_head(q, k, v, graph, bias, weight, scale, softmax=True, backend=None):
     """The fused kernel on per-head (virtual-row) graphs: rows ``target * H + head``."""
     N, H, C = v.shape
     out = fused_attention(
@@ -129,14 +129,18 @@ def fused_per_head(q, k, v, graph, bias, weight, scale, softmax=True):
         weight=weight,
         scale=scale,
         softmax=softmax,
+        backend=backend,
     )
     return out.view(N, H, C)
 
 
-def run_both(kind, *, dtype, C, bias_dims, weight_dims, softmax=True, seed=0):
-    src, dst, head = GRAPHS[kind]()
-    N = int(max(src.max(), dst.max())) + 1 + 2  # two extra isolated nodes
-    H = 3
+def run_both(kind, *, dtype, C, bias_dims, weight_dims, softmax=True, seed=0, graphs=None, H=3,
+             isolated=2, backend=None):
+    """The fused kernel (``backend``: default for the device, or ``"triton"``) and the float64
+    oracle on graph ``kind`` of ``graphs`` (default :data:`GRAPHS`) with ``isolated`` extra nodes:
+    ``(out, ref, grads, ref_grads, dst, head, N)``."""
+    src, dst, head = (GRAPHS if graphs is None else graphs)[kind]()
+    N = int(max(src.max(), dst.max())) + 1 + isolated
     if head is not None:
         bias_dims = min(bias_dims, 1)
         weight_dims = min(weight_dims, 1)
@@ -148,9 +152,10 @@ def run_both(kind, *, dtype, C, bias_dims, weight_dims, softmax=True, seed=0):
     scale = C**-0.5
     graph = build_graph(torch.stack([src, dst]), N, N, head=head, num_heads=H)
     if head is None:
-        out = fused_attention(q, k, v, graph, bias=bias, weight=weight, scale=scale, softmax=softmax)
+        out = fused_attention(q, k, v, graph, bias=bias, weight=weight, scale=scale, softmax=softmax,
+                              backend=backend)
     else:
-        out = fused_per_head(q, k, v, graph, bias, weight, scale, softmax)
+        out = fused_per_head(q, k, v, graph, bias, weight, scale, softmax, backend)
     leaves = [t for t in (q, k, v, bias, weight) if t is not None]
     ref_leaves = [t.detach().double().requires_grad_() for t in leaves]
     it = iter(ref_leaves)

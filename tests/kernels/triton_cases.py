@@ -20,10 +20,10 @@ from graphattn.kernels.fused import fused_explicit_attention
 
 from tests.kernels.test_fused import (
     inputs,
-    naive_attention,
     per_head_graph,
     power_law_graph,
     random_graph,
+    run_both,
 )
 
 
@@ -45,33 +45,10 @@ SMALL = {
 
 
 def run(kind, dtype, *, bias_dims=2, weight_dims=1, softmax=True, C=5, seed=0):
-    src, dst, head = SMALL[kind]()
-    N, H = int(max(src.max(), dst.max())) + 2, 2
-    if head is not None:
-        bias_dims, weight_dims = min(bias_dims, 1), min(weight_dims, 1)
-    q, k, v, bias, weight = inputs(N, H, C, src.numel(), dtype=dtype, seed=seed,
-                                   bias_dims=bias_dims, weight_dims=weight_dims)
-    if not softmax:
-        q = k = bias = None
-    scale = C**-0.5
-    graph = build_graph(torch.stack([src, dst]), N, N, head=head, num_heads=H)
-    if head is None:
-        out = fused_attention(q, k, v, graph, bias=bias, weight=weight, scale=scale,
-                              softmax=softmax, backend="triton")
-    else:
-        def r(t):
-            return None if t is None else t.reshape(N * H, 1, C)
-
-        out = fused_attention(r(q), r(k), r(v), graph, bias=bias, weight=weight, scale=scale,
-                              softmax=softmax, backend="triton").view(N, H, C)
-    leaves = [t for t in (q, k, v, bias, weight) if t is not None]
-    ref_leaves = [t.detach().double().requires_grad_() for t in leaves]
-    it = iter(ref_leaves)
-    rq, rk, rv, rb, rw = (next(it) if t is not None else None for t in (q, k, v, bias, weight))
-    ref = naive_attention(rq, rk, rv, src, dst, head, rb, rw, scale, N, softmax)
-    go = torch.randn(out.shape, generator=torch.Generator().manual_seed(9), dtype=torch.float64)
-    grads = torch.autograd.grad(out, leaves, go.to(dtype))
-    ref_grads = torch.autograd.grad(ref, ref_leaves, go)
+    """:func:`tests.kernels.test_fused.run_both` on the Triton kernels and the small graphs."""
+    out, ref, grads, ref_grads, dst, _, _ = run_both(
+        kind, dtype=dtype, C=C, bias_dims=bias_dims, weight_dims=weight_dims, softmax=softmax,
+        seed=seed, graphs=SMALL, H=2, isolated=1, backend="triton")
     return out, ref, grads, ref_grads, dst
 
 
