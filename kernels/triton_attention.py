@@ -21,15 +21,15 @@ row of degree d costs d / BLOCK_E sequential steps in one program).
 
 from __future__ import annotations
 
-import math
-
 import torch
 import triton
 import triton.language as tl
 from torch import Tensor
 
-LOG2E = 1.4426950408889634
-LN2 = math.log(2.0)
+# exp(x) = 2^(x·log2 e): the kernels work in base 2 (constexpr: folded into the compiled code)
+_LOG2E = 1.4426950408889634  # host side (folded into the scale)
+LOG2E: tl.constexpr = tl.constexpr(_LOG2E)
+LN2: tl.constexpr = tl.constexpr(0.6931471805599453)
 
 
 @triton.jit
@@ -62,7 +62,7 @@ def _forward_kernel(
             s = tl.sum(kt * q[None, :], axis=1) * qk_scale  # log2 units
             if HAS_BIAS:
                 b = tl.load(BIAS + uid * bias_se + h * bias_sh, mask=emask, other=0.0).to(ACC)
-                s = s + b * 1.4426950408889634
+                s = s + b * LOG2E
             s = tl.where(emask, s, float("-inf"))
             m_new = tl.maximum(m, tl.max(s, axis=0))
             rescale = tl.exp2(m - m_new)
@@ -81,7 +81,7 @@ def _forward_kernel(
         nonempty = l > 0
         l_safe = tl.where(nonempty, l, 1.0)
         acc = acc / l_safe
-        lse = tl.where(nonempty, (m + tl.log2(l_safe)) * 0.6931471805599453, float("-inf"))
+        lse = tl.where(nonempty, (m + tl.log2(l_safe)) * LN2, float("-inf"))
     else:
         lse = tl.zeros([1], ACC)
     tl.store(OUT + row * HD + h * D + offs_d, acc.to(OUT.dtype.element_ty), mask=dmask)
@@ -109,7 +109,7 @@ def _backward_dst_kernel(
         o = tl.load(OUT + base, mask=dmask, other=0.0).to(ACC)
         q = tl.load(Q + base, mask=dmask, other=0.0).to(ACC)
         dterm = tl.sum(do * o, axis=0)
-        lse2 = tl.load(LSE + row * H + h).to(ACC) * 1.4426950408889634
+        lse2 = tl.load(LSE + row * H + h).to(ACC) * LOG2E
         tl.store(DTERM + row * H + h + tl.arange(0, 1), tl.zeros([1], ACC) + dterm)
     dq = tl.zeros([BLOCK_D], ACC)
     for e0 in range(start, end, BLOCK_E):
@@ -126,7 +126,7 @@ def _backward_dst_kernel(
             s = tl.sum(kt * q[None, :], axis=1) * qk_scale
             if HAS_BIAS:
                 b = tl.load(BIAS + uid * bias_se + h * bias_sh, mask=emask, other=0.0).to(ACC)
-                s = s + b * 1.4426950408889634
+                s = s + b * LOG2E
             p = tl.where(emask, tl.exp2(s - lse2), 0.0)
             if HAS_WEIGHT:
                 w = tl.load(WEIGHT + uid * w_se + h * w_sh, mask=emask, other=0.0).to(ACC)
@@ -184,8 +184,8 @@ def _backward_src_kernel(
             s = tl.sum(qt * k[None, :], axis=1) * qk_scale
             if HAS_BIAS:
                 b = tl.load(BIAS + uid * bias_se + h * bias_sh, mask=cmask, other=0.0).to(ACC)
-                s = s + b * 1.4426950408889634
-            lse2 = tl.load(LSE + i * H + h, mask=cmask, other=0.0).to(ACC) * 1.4426950408889634
+                s = s + b * LOG2E
+            lse2 = tl.load(LSE + i * H + h, mask=cmask, other=0.0).to(ACC) * LOG2E
             p = tl.where(cmask, tl.exp2(s - lse2), 0.0)
             if NEED_DK:
                 g = tl.sum(dot * v[None, :], axis=1)
@@ -215,7 +215,7 @@ def _probs_kernel(
     dmask = offs_d < D
     HD = H * D
     q = tl.load(Q + row * HD + h * D + offs_d, mask=dmask, other=0.0).to(ACC)
-    lse2 = tl.load(LSE + row * H + h).to(ACC) * 1.4426950408889634
+    lse2 = tl.load(LSE + row * H + h).to(ACC) * LOG2E
     for e0 in range(start, end, BLOCK_E):
         offs_e = e0 + tl.arange(0, BLOCK_E)
         emask = offs_e < end
@@ -226,7 +226,7 @@ def _probs_kernel(
         s = tl.sum(kt * q[None, :], axis=1) * qk_scale
         if HAS_BIAS:
             b = tl.load(BIAS + uid * bias_se + h * bias_sh, mask=emask, other=0.0).to(ACC)
-            s = s + b * 1.4426950408889634
+            s = s + b * LOG2E
         tl.store(P + uid * H + h, tl.exp2(s - lse2), mask=emask)
 
 
@@ -260,7 +260,7 @@ def forward(q, k, v, rowptr, col, eid, bias, weight, scale, softmax):
     w, wse, wsh, has_w = _field(weight, H, v)
     _forward_kernel[(R, H)](
         q, k, v, rowptr, col, eid, b, w, out, lse,
-        H, D, scale * LOG2E, bse, bsh, wse, wsh,
+        H, D, scale * _LOG2E, bse, bsh, wse, wsh,
         HAS_BIAS=has_b, HAS_WEIGHT=has_w, SOFTMAX=softmax, ACC=acc_tl, **_meta(v),
     )
     return out, lse
@@ -284,7 +284,7 @@ def backward_dst(q, k, v, out, dout, lse, rowptr, col, eid, bias, weight, scale,
         _backward_dst_kernel[(R, H)](
             q, k, v, out, dout, lse, rowptr, col, eid, b, w,
             dq if need_dq else v, ds_buf if need_ds else dterm, pg_buf if need_pg else dterm, dterm,
-            H, D, scale * LOG2E, scale, bse, bsh, wse, wsh,
+            H, D, scale * _LOG2E, scale, bse, bsh, wse, wsh,
             HAS_BIAS=has_b, HAS_WEIGHT=has_w, SOFTMAX=softmax,
             NEED_DQ=need_dq, NEED_DS=need_ds, NEED_PG=need_pg, ACC=acc_tl, **_meta(v),
         )
@@ -314,7 +314,7 @@ def backward_src(q, k, v, dout, lse, dterm, colptr, crow, cuid, bias, weight, sc
         _backward_src_kernel[(S, H)](
             q, k, v, dout, lse, dterm, colptr, crow, cuid, b, w,
             dk if need_dk else v, dv if need_dv else v,
-            H, D, scale * LOG2E, scale, bse, bsh, wse, wsh,
+            H, D, scale * _LOG2E, scale, bse, bsh, wse, wsh,
             HAS_BIAS=has_b, HAS_WEIGHT=has_w, SOFTMAX=softmax, NEED_DK=need_dk, NEED_DV=need_dv,
             ACC=acc_tl, **_meta(v),
         )
@@ -329,7 +329,7 @@ def probs(q, k, lse, rowptr, col, eid, bias, scale):
     if R > 0 and H > 0:
         b, bse, bsh, has_b = _field(bias, H, q)
         _probs_kernel[(R, H)](
-            q, k, lse, rowptr, col, eid, b, p, H, D, scale * LOG2E, bse, bsh,
+            q, k, lse, rowptr, col, eid, b, p, H, D, scale * _LOG2E, bse, bsh,
             HAS_BIAS=has_b, ACC=acc_tl, **_meta(q),
         )
     return p
