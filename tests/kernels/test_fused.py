@@ -281,6 +281,20 @@ def test_graph_layout_matches_torch_construction(per_head):
     assert torch.equal(col.long(), src[eid.long()] * Hm + h)
 
 
+def test_graph_is_shared_across_edge_sets_of_one_unmodified_tensor():
+    """``layer(x, edge_index)`` every step wraps the same tensor in a new EdgeSet: the layout is
+    reused; an in-place edit of the tensor invalidates it."""
+    src, dst = random_graph(10, 30, seed=12)
+    ei = torch.stack([src, dst])
+    first = prepare_graph(EdgeSet(ei, num_heads=2), 10, 10)
+    assert prepare_graph(EdgeSet(ei, num_heads=2), 10, 10) is first
+    ei[0, 0] = (int(ei[0, 0]) + 1) % 10  # in place: the version counter changes
+    edited = prepare_graph(EdgeSet(ei, num_heads=2), 10, 10)
+    assert edited is not first
+    fresh = build_graph(ei, 10, 10)
+    assert torch.equal(edited.col, fresh.col) and torch.equal(edited.rowptr, fresh.rowptr)
+
+
 def test_graph_is_cached_on_the_edge_set_and_checks_indices():
     src, dst = random_graph(10, 30, seed=9)
     es = EdgeSet(torch.stack([src, dst]), num_heads=2)
