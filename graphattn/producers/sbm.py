@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from graphattn.edgeset import EdgeSet
+from graphattn.edgeset import EdgeSet, ptr_from_counts
 from graphattn.origins import origin_code
 from graphattn.producers.base import EdgeProducer, ProducerContext, check_positive_int
 from graphattn.producers.registry import register_producer
@@ -302,9 +302,7 @@ def _graph_sorted(ctx: ProducerContext) -> tuple[Tensor | None, Tensor]:
     is the CSR pointer of the sorted order."""
     if ctx.is_sorted:
         return None, ctx.ptr
-    perm = torch.argsort(ctx.batch, stable=True)
-    counts = torch.bincount(ctx.batch, minlength=ctx.num_graphs)
-    return perm, torch.cat([counts.new_zeros(1), counts.cumsum(0)])
+    return torch.argsort(ctx.batch, stable=True), ptr_from_counts(ctx.counts)
 
 
 def _stats(ctx: ProducerContext, drawn: SampledEdges, gated: Tensor, expected: Tensor,
