@@ -130,6 +130,7 @@ class EdgeAttention(MessagePassing):
             self.lin_edge = Linear(edge_dim, HC, bias=False)
         else:
             self.register_module("lin_edge", None)
+        self.last_edges: EdgeSet | None = None
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -184,6 +185,7 @@ class EdgeAttention(MessagePassing):
         else:
             es = as_edge_set(edges, num_heads=H, mode=self.mode, edge_attr=edge_attr)
         self._check_edge_set(es, x, batch)
+        self.last_edges = es  # what this call attended over (models and the runner read it)
 
         need_alpha = return_attention_weights is not None or _trace.is_tracing()
         alpha: Tensor | None = None

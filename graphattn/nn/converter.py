@@ -218,13 +218,8 @@ class ConverterBlock(nn.Module):
                 generator: torch.Generator | None = None) -> Tensor:
         """``x [N, D]`` (real) → ``[N, D]`` (real). ``edge_index`` / ``edge_attr`` are unused (the
         operator spans each graph's complete digraph)."""
-        captured: list[EdgeSet] = []
-        handle = self.producer.register_forward_hook(lambda _m, _i, out: captured.append(out))
-        try:
-            kn = self.attn(x, self.producer, batch, data=data, generator=generator)
-        finally:
-            handle.remove()
-        self.last_edges = captured[-1] if captured else None
+        kn = self.attn(x, self.producer, batch, data=data, generator=generator)
+        self.last_edges = self.attn.last_edges
         z = self.norm_z(kn + x)
         zeta = self.zeta.clamp(0.0, 1.0)
         return self.norm_out(self.gffn(z) + zeta * z.real + (1.0 - zeta) * z.imag)

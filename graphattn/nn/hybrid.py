@@ -203,13 +203,8 @@ class HybridLayer(nn.Module):
     def _attend(self, h: Tensor, batch: Tensor | None, data: Any,
                 generator: torch.Generator | None) -> Tensor:
         assert self.attn is not None and self.producer is not None
-        captured: list[EdgeSet] = []
-        handle = self.producer.register_forward_hook(lambda _m, _i, out: captured.append(out))
-        try:
-            out = self.attn(h, self.producer, batch, data=data, generator=generator)
-        finally:
-            handle.remove()
-        self.last_edges = captured[-1] if captured else None
+        out = self.attn(h, self.producer, batch, data=data, generator=generator)
+        self.last_edges = self.attn.last_edges
         return out
 
     def __repr__(self) -> str:

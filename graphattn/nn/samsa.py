@@ -113,13 +113,8 @@ class SAMSABlock(nn.Module):
         B = int(batch.max()) + 1 if num_graphs is None and batch.numel() else (num_graphs or 1)
         view = (SimpleNamespace(**{SCORE_ATTR: x}) if data is None
                 else DataView(data, **{SCORE_ATTR: x}))
-        captured: list[EdgeSet] = []
-        handle = self.producer.register_forward_hook(lambda _m, _i, out: captured.append(out))
-        try:
-            h = self.attn(self.norm1(x), self.producer, batch, data=view, generator=generator)
-        finally:
-            handle.remove()
-        self.last_edges = captured[-1] if captured else None
+        h = self.attn(self.norm1(x), self.producer, batch, data=view, generator=generator)
+        self.last_edges = self.attn.last_edges
         x = x + alpha * drop_path(self.attn_out(h), batch, B, self.drop_path, self.training)
         if self.mlp is not None:
             h = self.mlp(self.norm2(x))
