@@ -34,7 +34,7 @@ from graphattn.attention import EdgeAttention
 from graphattn.edgeset import EdgeSet
 from graphattn.nn.model import POOLS, GraphTransformer
 from graphattn.nn.registry import register_model
-from graphattn.producers.converter import ConverterProducer, ScaleNorm, _dropout
+from graphattn.producers.converter import ConverterProducer, ScaleNorm
 from graphattn.producers.registry import build_producer
 
 __all__ = ["ComplexValueAttention", "ConverterBlock", "ConverterModel", "GatedFFN",
@@ -80,8 +80,8 @@ class ComplexValueAttention(EdgeAttention):
         C = self.out_channels
 
         def value() -> Tensor:
-            re = _dropout(self.lin_value(x), self.value_dropout, self.training, None)
-            im = _dropout(self.lin_value_imag(x), self.value_dropout, self.training, None)
+            re = F.dropout(self.lin_value(x), self.value_dropout, self.training)
+            im = F.dropout(self.lin_value_imag(x), self.value_dropout, self.training)
             return torch.complex(re, im).view(-1, 1, C)
 
         return {"value": value}
@@ -130,7 +130,7 @@ class GatedFFN(nn.Module):
 
     def forward(self, z: Tensor) -> Tensor:
         gate = F.softplus(self.lin_re(z.real), beta=1.0, threshold=5.0) * torch.tanh(self.lin_im(z.imag))
-        return self.lin_out(_dropout(gate, self.dropout, self.training, None))
+        return self.lin_out(F.dropout(gate, self.dropout, self.training))
 
     def extra_repr(self) -> str:
         return (f"{self.lin_re.in_features}, hidden={self.lin_re.out_features}, "
@@ -169,7 +169,7 @@ class RecurrentPositionalEncoding(nn.Module):
             rec = out[mask]
         else:
             rec = torch.zeros_like(h)
-        return _dropout(self.norm(h + rec), self.dropout, self.training, None)
+        return F.dropout(self.norm(h + rec), self.dropout, self.training)
 
     def extra_repr(self) -> str:
         return f"{self.gru.input_size}, num_layers={self.gru.num_layers}, dropout={self.dropout}"

@@ -20,7 +20,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from graphattn.producers._util import producer_generator
 from graphattn.producers.base import EdgeProducer, ProducerContext, check_positive_int
 from graphattn.producers.converter_ops import (
     KERNELS,
@@ -170,7 +169,6 @@ class ConverterProducer(EdgeProducer):
             flatten, per graph; every graph size must be a multiple of it); 0 = identity.
         dropout (float): dropout inside both SIRENs (training only; masks drawn from the
             caller's generator when given).
-        seed (int): seed of the evaluation-time generator (unused unless dropout runs in eval).
     """
 
     mode = "weighted"
@@ -186,7 +184,6 @@ class ConverterProducer(EdgeProducer):
         angle_param: str = "paper",
         stride: int = 0,
         dropout: float = 0.0,
-        seed: int = 0,
     ) -> None:
         super().__init__()
         self.channels = check_positive_int("channels", channels)
@@ -206,7 +203,6 @@ class ConverterProducer(EdgeProducer):
         self.kp_weight = float(kp_weight)
         self.angle_param = angle_param
         self.dropout = float(dropout)
-        self.seed = int(seed)
         self.eigvec_siren = Siren(channels, dropout)
         self.eigval_siren = Siren(channels, dropout)
         self.fixnorm = ScaleNorm(channels, affine=False)
@@ -260,7 +256,7 @@ class ConverterProducer(EdgeProducer):
             raise ValueError("'x' contains NaN or infinite values (a reset cannot stop a NaN: "
                              "0 * NaN = NaN would leak across graphs)")
         ptr = ctx.ptr  # raises for an unsorted batch: the chain needs contiguous graphs
-        gen = producer_generator(ctx, self.seed) if ctx.training and self.dropout else None
+        gen = ctx.generator  # dropout runs in training only: the caller's generator or the global RNG
         p, lam = self.eigen_parameters(x, ctx.training and self.dropout > 0, gen)
         phase = self.phase(lam)
 
