@@ -15,6 +15,7 @@ from torch import Tensor, nn
 
 from graphattn.edgeset import EdgeSet, ptr_from_counts
 from graphattn.origins import origin_code
+from graphattn.producers._util import producer_generator
 from graphattn.producers.base import EdgeProducer, ProducerContext, check_positive_int
 from graphattn.producers.registry import register_producer
 from graphattn.producers.sbm_sampling import (
@@ -276,13 +277,9 @@ class SBMEdges(EdgeProducer):
         return bias, gate.sum()
 
     def _generator(self, ctx: ProducerContext) -> torch.Generator | None:
-        if ctx.generator is not None:
-            return ctx.generator
-        if ctx.training or self.eval_seed is None:
+        if self.eval_seed is None and ctx.generator is None:  # the paper's stochastic evaluation
             return None
-        gen = torch.Generator(device=ctx.device)
-        gen.manual_seed(self.eval_seed)
-        return gen
+        return producer_generator(ctx, self.eval_seed or 0)
 
     def extra_repr(self) -> str:
         return (f"heads={self.heads}, head_dim={self.head_dim}, num_clusters={self.num_clusters}, "
