@@ -42,7 +42,7 @@ from torch import Tensor
 from torch.autograd import Function
 from torch.autograd.function import once_differentiable
 
-from graphattn.edgeset import first_occurrences
+from graphattn.edgeset import _need_float, _need_long, _need_tensor, first_occurrences
 
 #: edge kinds, in the priority order of :func:`dedupe` (an SBM draw beats an exploration draw beats an
 #: added self-loop)
@@ -102,22 +102,18 @@ def key_projection(Z: Tensor, B: Tensor) -> Tensor:
 
 
 def check_sbm(Y: Tensor, B: Tensor, Z: Tensor, ptr: Tensor) -> None:
-    """Validates the sampler inputs (shapes, dtypes, a CSR ``ptr`` over the ``N`` nodes)."""
-    for name, t in (("Y", Y), ("Z", Z)):
-        if not isinstance(t, Tensor) or t.dim() != 3 or not t.is_floating_point():
-            raise ValueError(f"'{name}' must be a floating-point tensor [N, H, k], got "
-                             f"{getattr(t, 'shape', type(t).__name__)}")
+    """Validates the sampler inputs (shapes, dtypes, a CSR ``ptr`` over the ``N`` nodes) with the
+    EdgeSet validators."""
+    for name, t in (("Y", Y), ("Z", Z), ("B", B)):
+        _need_float(name, _need_tensor(name, t, dims=3))
     if Y.shape != Z.shape:
         raise ValueError(f"'Y' and 'Z' must have the same shape [N, H, k], got {list(Y.shape)} and "
                          f"{list(Z.shape)}")
     N, H, k = Y.shape
-    if not isinstance(B, Tensor) or B.shape != (H, k, k) or not B.is_floating_point():
-        raise ValueError(f"'B' must be a floating-point tensor [H={H}, k={k}, k={k}], got "
-                         f"{getattr(B, 'shape', type(B).__name__)}")
-    if not isinstance(ptr, Tensor) or ptr.dim() != 1 or ptr.dtype != torch.long or ptr.numel() < 1:
-        raise ValueError(f"'ptr' must be a 1-D long tensor [G + 1], got "
-                         f"{getattr(ptr, 'shape', type(ptr).__name__)}")
-    if int(ptr[0]) != 0 or int(ptr[-1]) != N or bool((ptr[1:] < ptr[:-1]).any()):
+    if B.shape != (H, k, k):
+        raise ValueError(f"'B' must have shape [H={H}, k={k}, k={k}], got {list(B.shape)}")
+    _need_long("ptr", _need_tensor("ptr", ptr, dims=1))
+    if ptr.numel() < 1 or int(ptr[0]) != 0 or int(ptr[-1]) != N or bool((ptr[1:] < ptr[:-1]).any()):
         raise ValueError(f"'ptr' must be non-decreasing from 0 to N={N}, got {ptr.tolist()[:8]}...")
 
 
