@@ -28,7 +28,7 @@ import torch
 
 SOURCE = Path(__file__).resolve().parent / "csrc" / "edge_attention.cpp"
 #: every translation unit of the extension (the linear scan of the Converter's shift operator too)
-SOURCES = (SOURCE, SOURCE.parent / "linear_scan.cpp")
+SOURCES = (SOURCE, SOURCE.parent / "edge_attention_blocked.cpp", SOURCE.parent / "linear_scan.cpp")
 # ``-fopenmp`` is needed for ``at::parallel_for`` itself: ATen's OpenMP backend is an inline
 # ``#pragma omp parallel`` in the headers, which compiles to a serial loop without it. The binary
 # links ``libgomp.so.1``, the soname torch already loaded, so one OpenMP runtime serves both.

@@ -28,6 +28,7 @@ on the first backward. Work is split into contiguous row ranges of equal edges +
 
 from __future__ import annotations
 
+import os
 import warnings
 import weakref
 from collections import OrderedDict
@@ -68,6 +69,9 @@ class FusedGraph:
     num_sources: int
     per_head: bool
     _csc: tuple[Tensor, Tensor, Tensor] | None = field(default=None, repr=False)
+    _blocked: dict[tuple[bool, int, bool], tuple[Tensor, ...]] = field(
+        default_factory=dict, repr=False
+    )
 
     @property
     def num_edges(self) -> int:
@@ -83,6 +87,28 @@ class FusedGraph:
                 self._csc = _build_csc_torch(self.rowptr, self.col, self.eid, self.num_sources)
         return self._csc
 
+    def blocked_layout(
+        self, block_rows: int, *, by_target: bool, edge_ids: bool
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """A layout of the cache-blocked CPU kernel, built once from the CSR.
+
+        ``by_target=True`` (forward, destination pass): ``(bptr [B, R + 1], col [E], eid)``, edges
+        sorted by (block of ``block_rows`` sources, target row). ``by_target=False`` (source
+        pass): ``(bptr [B, S + 1], row [E], eid)``, sorted by (block of ``block_rows`` target
+        rows, source, row). ``eid`` (the edges' positions in the edge set) is empty unless
+        ``edge_ids``: only bias and weight need it. A layout with edge ids serves calls without.
+        """
+        for ids in (True,) if edge_ids else (True, False):
+            hit = self._blocked.get((by_target, block_rows, ids))
+            if hit is not None:
+                return hit
+        ops = cpu_ops(warn=False)
+        if ops is None:
+            raise RuntimeError("the cache-blocked layout needs the CPU extension")
+        layout = tuple(ops.blocked_layout(self.rowptr, self.col, self.eid, self.num_sources,
+                                          block_rows, by_target, edge_ids))
+        self._blocked[(by_target, block_rows, edge_ids)] = layout
+        return layout  # type: ignore[return-value]
 
 def _ptr(counts: Tensor) -> Tensor:
     return ptr_from_counts(counts).to(torch.int32)
@@ -237,6 +263,36 @@ def fused_dtypes(backend: str) -> tuple[torch.dtype, ...]:
     return (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
+# ------------------------------------------------------------------- cache-blocked CPU path
+#: Settings of the cache-blocked CPU kernel (``kernels/csrc/edge_attention_blocked.cpp``), used for
+#: float32 softmax attention with a multiple of 4 heads of 8, 16, 32 or 64 channels: ``enabled``
+#: (``GRAPHATTN_FUSED_BLOCKED=0`` turns it off) and ``block_bytes``, the bytes of gathered rows per
+#: block (``GRAPHATTN_FUSED_BLOCK_BYTES``, default 8 MiB: a block stays in a server CPU's last-level
+#: cache while every edge into it is processed). A graph whose gathered rows fit in one block runs
+#: unblocked (still on the head-vectorised kernel).
+BLOCKED = {
+    "enabled": os.environ.get("GRAPHATTN_FUSED_BLOCKED", "1") != "0",
+    "block_bytes": int(os.environ.get("GRAPHATTN_FUSED_BLOCK_BYTES", 8 << 20)),
+}
+
+
+def blocked_rows(ops: Any, q: Tensor | None, v: Tensor, softmax: bool) -> tuple[int, int] | None:
+    """Rows per block ``(sources, targets)`` when the cache-blocked CPU kernel applies, else
+    ``None``. They depend on the shapes and :data:`BLOCKED` only, never on the thread count, so
+    results do not either."""
+    if not (BLOCKED["enabled"] and softmax and q is not None and v.device.type == "cpu"):
+        return None
+    H, D = v.size(1), v.size(2)
+    if v.dtype != torch.float32 or H % 4 or D not in (8, 16, 32, 64):
+        return None
+    if not hasattr(ops, "blocked_supported") or not ops.blocked_supported():
+        return None
+    budget = max(1, int(BLOCKED["block_bytes"]))
+    src_rows = max(1, budget // (2 * H * D * 4))  # k and v rows
+    dst_rows = max(1, budget // ((2 * H * D + 2 * H) * 4))  # q, dO and (lse, Dterm) rows
+    return src_rows, dst_rows
+
+
 # ---------------------------------------------------------------------------- autograd
 class FusedEdgeAttentionFunction(torch.autograd.Function):
     """``(out, lse) = fused attention(q, k, v, bias, weight)`` on a :class:`FusedGraph`.
@@ -259,10 +315,17 @@ class FusedEdgeAttentionFunction(torch.autograd.Function):
     ) -> Tensor:
         qq = q if softmax else v
         kk = k if softmax else v
-        out, lse = ops.forward(qq, kk, v, graph.rowptr, graph.col, graph.eid, bias, weight,
-                               scale, softmax)
+        blocks = blocked_rows(ops, q, v, softmax)
+        if blocks is not None:
+            ids = bias is not None or weight is not None
+            layout = graph.blocked_layout(blocks[0], by_target=True, edge_ids=ids)
+            out, lse = ops.blocked_forward(qq, kk, v, *layout, bias, weight, scale)
+        else:
+            out, lse = ops.forward(qq, kk, v, graph.rowptr, graph.col, graph.eid, bias, weight,
+                                   scale, softmax)
         ctx.save_for_backward(qq, kk, v, bias, weight, out, lse)
         ctx.graph, ctx.scale, ctx.softmax, ctx.ops = graph, scale, softmax, ops
+        ctx.blocks = blocks
         ctx.mark_non_differentiable(lse)
         return out, lse
 
@@ -275,6 +338,21 @@ class FusedEdgeAttentionFunction(torch.autograd.Function):
         dout = dout.contiguous()
         dq = dbias = dweight = dk = dv = None
         dterm = None
+        if ctx.blocks is not None:
+            src_rows, dst_rows = ctx.blocks
+            ids = bias is not None or weight is not None
+            layout = graph.blocked_layout(src_rows, by_target=True, edge_ids=ids)
+            dq, dbias, dweight, dterm = ops.blocked_backward_dst(
+                q, k, v, out, dout, lse, *layout, bias, weight, scale, bool(need_q), bool(need_b),
+                bool(need_w),
+            )
+            if need_k or need_v:
+                layout = graph.blocked_layout(dst_rows, by_target=False, edge_ids=ids)
+                dk, dv = ops.blocked_backward_src(
+                    q, k, v, dout, lse, dterm, *layout, bias, weight, scale, bool(need_k),
+                    bool(need_v),
+                )
+            return dq, dk, dv, dbias, dweight, None, None, None, None
         if (softmax and need_q) or need_b or need_w or (softmax and need_k):
             dq, dbias, dweight, dterm = ops.backward_dst(
                 q, k, v, out, dout, lse, graph.rowptr, graph.col, graph.eid, bias, weight, scale,
