@@ -12,6 +12,8 @@ Implementations (``--impls``):
 
 * ``fused`` — :func:`graphattn.kernels.fused_attention` on ``q, k, v`` (graph layout cached on the
   edge set, built in the first warm-up; its build time is reported as ``prep_ms``);
+* ``fused_general`` — the same with the cache-blocked fp32 kernel switched off (the general kernel
+  that fp64, other head counts and per-head edge sets use);
 * ``fused_cold`` — the same, rebuilding the graph layout on every call;
 * ``layer`` — ``graphattn.EdgeAttention(H·D, D, heads=H)`` (3 Linears + the fused kernel) on a
   cached :class:`~graphattn.EdgeSet`;
@@ -50,7 +52,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-IMPLS = ("fused", "fused_cold", "layer", "reference", "pyg_func", "pyg_conv", "pyg_compiled",
+IMPLS = ("fused", "fused_general", "fused_cold", "layer", "reference", "pyg_func", "pyg_conv", "pyg_compiled",
          "sdpa_dense", "sdpa_mask")
 STREAM_GBS = 17.0  # measured copy bandwidth of one core of the project's machine (kernels.md §5)
 
@@ -171,12 +173,13 @@ def build_call(impl: str, cfg: dict[str, Any], t: dict[str, Any], backward: bool
     else:
         n_rows = N
 
-    if impl == "fused":
-        from graphattn.kernels import fused_explicit_attention, prepare_graph
+    if impl in ("fused", "fused_general"):
+        from graphattn.kernels import fused, fused_explicit_attention, prepare_graph
         from graphattn.kernels.cpu_extension import cpu_ops
 
         from graphattn import EdgeSet
 
+        fused.BLOCKED["enabled"] = impl == "fused"
         cpu_ops()  # load (or build) the extension outside the timed preparation
         es = EdgeSet(ei, head=t["head"], num_heads=H, bias=bias, weight=weight)
         t0 = time.perf_counter()

@@ -4,7 +4,8 @@
   oracle every fast path is tested against.
 * :mod:`.dense` — fast paths for structured edge sets (shared sources via SDPA, permutation gather).
 * :mod:`.fused` — the fused kernel for explicit edge sets (cached CSR/CSC, autograd Function):
-  a C++/OpenMP extension on CPU (:mod:`.cpu_extension`, built on first use), Triton on CUDA
+  a C++/OpenMP extension on CPU (:mod:`.cpu_extension`, built on first use; a cache-blocked,
+  head-vectorised variant for fp32 with a multiple of 4 heads), Triton on CUDA
   (:mod:`.triton_attention`).
 """
 

@@ -17,7 +17,12 @@ are bit-identical across runs.
 
 Backends: the C++/OpenMP extension (:mod:`.cpu_extension`) for CPU tensors, Triton
 (:mod:`.triton_attention`) for CUDA tensors. Both expose the same operators (``forward``,
-``backward_dst``, ``backward_src``, ``probs``).
+``backward_dst``, ``backward_src``, ``probs``). On CPUs with AVX2/FMA, float32 softmax attention
+with a multiple of 4 heads of 8, 16, 32 or 64 channels runs the cache-blocked kernel
+(``blocked_*`` operators, :data:`BLOCKED`): the forward and the destination pass visit the edges
+block of sources by block of sources (keeping an online softmax, or dq, per row between blocks),
+the source pass block of targets by block of targets, so that the rows gathered at random come from
+the last-level cache; its layouts (:meth:`FusedGraph.blocked_layout`) replace the CSC.
 
 Graph preparation (:func:`prepare_graph`) is cached on the :class:`~graphattn.EdgeSet`: a stable
 counting sort by row gives ``rowptr``, ``col`` (source, or ``source * H + head``) and ``eid`` (the
