@@ -29,6 +29,8 @@ import torch
 SOURCE = Path(__file__).resolve().parent / "csrc" / "edge_attention.cpp"
 #: every translation unit of the extension (the linear scan of the Converter's shift operator too)
 SOURCES = (SOURCE, SOURCE.parent / "edge_attention_blocked.cpp", SOURCE.parent / "linear_scan.cpp")
+#: headers the sources include (part of the build's hash)
+HEADERS = (SOURCE.parent / "common.h",)
 # ``-fopenmp`` is needed for ``at::parallel_for`` itself: ATen's OpenMP backend is an inline
 # ``#pragma omp parallel`` in the headers, which compiles to a serial loop without it. The binary
 # links ``libgomp.so.1``, the soname torch already loaded, so one OpenMP runtime serves both.
@@ -56,7 +58,7 @@ def _cpu_signature() -> str:
 def extension_name() -> str:
     """Name of the build: a hash of the source, the flags, torch's version and the CPU."""
     h = hashlib.sha256()
-    for src in SOURCES:
+    for src in SOURCES + HEADERS:
         h.update(src.read_bytes())
     h.update(" ".join(CFLAGS + LDFLAGS).encode())
     h.update(torch.__version__.encode())

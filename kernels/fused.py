@@ -86,8 +86,11 @@ class FusedGraph:
         """``(colptr [S + 1], row [E], eid [E])`` sorted by source, then row (built once)."""
         if self._csc is None:
             ops = cpu_ops(warn=False) if self.col.device.type == "cpu" else None
-            if ops is not None:
-                self._csc = tuple(ops.build_csc(self.rowptr, self.col, self.eid, self.num_sources))
+            if ops is not None:  # the transposed layout with one block of all target rows
+                colptr, row, eid = ops.build_layout(self.rowptr, self.col, self.eid,
+                                                    self.num_sources, max(self.num_rows, 1), False,
+                                                    True)
+                self._csc = (colptr[0], row, eid)
             else:
                 self._csc = _build_csc_torch(self.rowptr, self.col, self.eid, self.num_sources)
         return self._csc
@@ -110,8 +113,8 @@ class FusedGraph:
         ops = cpu_ops(warn=False)
         if ops is None:
             raise RuntimeError("the cache-blocked layout needs the CPU extension")
-        layout = tuple(ops.blocked_layout(self.rowptr, self.col, self.eid, self.num_sources,
-                                          block_rows, by_target, edge_ids))
+        layout = tuple(ops.build_layout(self.rowptr, self.col, self.eid, self.num_sources,
+                                        block_rows, by_target, edge_ids))
         self._blocked[(by_target, block_rows, edge_ids)] = layout
         return layout  # type: ignore[return-value]
 

@@ -28,6 +28,8 @@
 #include <ATen/ops/zeros_like.h>
 #include <torch/library.h>
 
+#include "common.h"
+
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -47,6 +49,9 @@ namespace {
 
 using at::Tensor;
 using OptTensor = std::optional<Tensor>;
+using graphattn_csrc::grow;
+using graphattn_csrc::parallel_rows;
+using graphattn_csrc::prefetch_row;
 
 constexpr int64_t kPrefetch = 8;  // edges ahead (across row boundaries within a thread's range)
 
@@ -72,13 +77,6 @@ inline float fast_exp(float x) {
   return tiny ? 0.0f : y * pow2;
 }
 inline double fast_exp(double x) { return std::exp(x); }
-
-template <typename T>
-inline void prefetch_row(const T* p, int64_t n) {
-  const char* c = reinterpret_cast<const char*>(p);
-  const int64_t bytes = n * static_cast<int64_t>(sizeof(T));
-  for (int64_t o = 0; o < bytes; o += 64) __builtin_prefetch(c + o, 0, 1);
-}
 
 template <int DT, typename T>
 inline T dot(const T* a, const T* b, int64_t Drt) {
@@ -125,38 +123,6 @@ inline void head_dots(const T* a, const T* b, T* out, int64_t stride, int64_t H,
   for (; h < H; ++h) out[h * stride] = dot<DT>(a + h * D, b + h * D, D);
 }
 
-// Rows are cut into contiguous chunks of roughly equal cost (edges + rows), 16 per thread, which the
-// threads take from a shared counter (dynamic scheduling: a thread that the OS preempts on a busy
-// machine does not hold the others up). Every row is computed by one thread in a fixed order, so the
-// results do not depend on the number of threads or on the schedule.
-template <typename F>
-void parallel_rows(const int32_t* ptr, int64_t R, const F& f) {
-  if (R <= 0) return;
-  const int64_t threads = at::get_num_threads();
-  const int64_t parts = std::min<int64_t>(threads == 1 ? 1 : 16 * threads, R);
-  if (parts <= 1) {
-    f(0, R);
-    return;
-  }
-  std::vector<int64_t> bounds(parts + 1, 0);
-  bounds[parts] = R;
-  const int64_t total = static_cast<int64_t>(ptr[R]) + R;
-  for (int64_t p = 1; p < parts; ++p) {
-    const int64_t target = total * p / parts;
-    int64_t lo = bounds[p - 1], hi = R;  // first r with ptr[r] + r >= target
-    while (lo < hi) {
-      const int64_t mid = (lo + hi) / 2;
-      if (static_cast<int64_t>(ptr[mid]) + mid < target) lo = mid + 1; else hi = mid;
-    }
-    bounds[p] = lo;
-  }
-  std::atomic<int64_t> next{0};
-  at::parallel_for(0, threads, 1, [&](int64_t, int64_t) {
-    for (int64_t p = next.fetch_add(1); p < parts; p = next.fetch_add(1))
-      if (bounds[p] < bounds[p + 1]) f(bounds[p], bounds[p + 1]);
-  });
-}
-
 // A per-edge [E] or [E, H] tensor read (and its gradient written) at (edge id, head).
 template <typename T>
 struct EdgeField {
@@ -176,11 +142,6 @@ struct EdgeField {
 
 // Scratch buffers are head-major ([H][deg]) so that the exponentials, maxima and sums over a row's
 // edges run as contiguous (vectorised) loops.
-template <typename T>
-inline T* grow(std::vector<T>& buf, int64_t n) {
-  if (static_cast<int64_t>(buf.size()) < n) buf.resize(n);
-  return buf.data();
-}
 
 // ------------------------------------------------------------------------------------- forward
 template <typename T, int DT>
@@ -641,38 +602,6 @@ std::tuple<Tensor, Tensor, Tensor> build_csr(const Tensor& src, const Tensor& ds
   return {rowptr, col, eid};
 }
 
-// The transpose (CSC) of a CSR graph: colptr [S + 1], and per entry the row (target row) and the
-// caller's edge id, sorted by source and, within a source, by row (a stable counting sort).
-std::tuple<Tensor, Tensor, Tensor> build_csc(const Tensor& rowptr, const Tensor& col,
-                                             const Tensor& eid, int64_t num_sources) {
-  check_graph(rowptr, col, eid);
-  const int64_t R = rowptr.numel() - 1, E = col.numel(), S = num_sources;
-  auto i32 = col.options();
-  Tensor colptr = at::zeros({S + 1}, i32);
-  Tensor crow = at::empty({E}, i32);
-  Tensor cuid = at::empty({E}, i32);
-  const int32_t* rp = rowptr.data_ptr<int32_t>();
-  const int32_t* cp = col.data_ptr<int32_t>();
-  const int32_t* ep = eid.data_ptr<int32_t>();
-  int32_t* cpp = colptr.data_ptr<int32_t>();
-  for (int64_t e = 0; e < E; ++e) {
-    TORCH_CHECK(cp[e] >= 0 && cp[e] < S, "graphattn fused: column out of range");
-    cpp[cp[e] + 1] += 1;
-  }
-  for (int64_t j = 0; j < S; ++j) cpp[j + 1] += cpp[j];
-  std::vector<int32_t> pos(cpp, cpp + S);
-  int32_t* rr = crow.data_ptr<int32_t>();
-  int32_t* uu = cuid.data_ptr<int32_t>();
-  for (int64_t r = 0; r < R; ++r) {
-    for (int64_t e = rp[r]; e < rp[r + 1]; ++e) {
-      const int32_t p = pos[cp[e]]++;
-      rr[p] = static_cast<int32_t>(r);
-      uu[p] = ep[e];
-    }
-  }
-  return {colptr, crow, cuid};
-}
-
 }  // namespace
 }  // namespace graphattn_fused
 
@@ -682,5 +611,4 @@ TORCH_LIBRARY(graphattn_fused, m) {
   m.def("backward_src", &graphattn_fused::backward_src);
   m.def("probs", &graphattn_fused::probs);
   m.def("build_csr", &graphattn_fused::build_csr);
-  m.def("build_csc", &graphattn_fused::build_csc);
 }

@@ -29,6 +29,8 @@
 #include <ATen/ops/zeros_like.h>
 #include <torch/library.h>
 
+#include "common.h"
+
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -49,6 +51,9 @@ namespace {
 
 using at::Tensor;
 using OptTensor = std::optional<Tensor>;
+using graphattn_csrc::grow;
+using graphattn_csrc::parallel_rows;
+using graphattn_csrc::prefetch_row;
 
 bool supported() { return GA_BLOCKED_AVX2 == 1; }
 
@@ -76,11 +81,6 @@ inline __m128 exp4(__m128 x) {
   y = _mm_fmadd_ps(y, r2, _mm_add_ps(r, _mm_set1_ps(1.0f)));
   const __m128i e = _mm_slli_epi32(_mm_add_epi32(_mm_cvtps_epi32(n), _mm_set1_epi32(127)), 23);
   return _mm_andnot_ps(tiny, _mm_mul_ps(y, _mm_castsi128_ps(e)));
-}
-
-inline void prefetch_row(const float* p, int64_t n) {
-  const char* c = reinterpret_cast<const char*>(p);
-  for (int64_t o = 0; o < n * 4; o += 64) __builtin_prefetch(c + o, 0, 1);
 }
 
 // out[h] = a_h . b_h for the H heads of two [H, D] rows (H a multiple of 4): four heads' products
@@ -168,41 +168,6 @@ struct EdgeField {
     }
   }
 };
-
-// Contiguous row ranges of one block with about equal edges + rows, taken dynamically by the threads.
-template <typename F>
-void parallel_rows(const int32_t* ptr, int64_t R, const F& f) {
-  if (R <= 0) return;
-  const int64_t threads = at::get_num_threads();
-  const int64_t parts = std::min<int64_t>(threads == 1 ? 1 : 16 * threads, R);
-  if (parts <= 1) {
-    f(0, R);
-    return;
-  }
-  std::vector<int64_t> bounds(parts + 1, 0);
-  bounds[parts] = R;
-  const int64_t base = ptr[0];
-  const int64_t total = static_cast<int64_t>(ptr[R]) - base + R;
-  for (int64_t p = 1; p < parts; ++p) {
-    const int64_t target = total * p / parts;
-    int64_t lo = bounds[p - 1], hi = R;
-    while (lo < hi) {
-      const int64_t mid = (lo + hi) / 2;
-      if (static_cast<int64_t>(ptr[mid]) - base + mid < target) lo = mid + 1; else hi = mid;
-    }
-    bounds[p] = lo;
-  }
-  std::atomic<int64_t> next{0};
-  at::parallel_for(0, threads, 1, [&](int64_t, int64_t) {
-    for (int64_t p = next.fetch_add(1); p < parts; p = next.fetch_add(1))
-      if (bounds[p] < bounds[p + 1]) f(bounds[p], bounds[p + 1]);
-  });
-}
-
-inline float* grow(std::vector<float>& buf, int64_t n) {
-  if (static_cast<int64_t>(buf.size()) < n) buf.resize(n);
-  return buf.data();
-}
 
 // ------------------------------------------------------------------------------------- forward
 template <int D>
@@ -558,7 +523,8 @@ std::tuple<Tensor, Tensor> backward_src(const Tensor& q, const Tensor& k, const 
 //                      target row); bptr [B, R + 1] and the source of each edge;
 //   by_target = false (source pass): edges sorted by (block of `block_rows` target rows, source,
 //                      target row); bptr [B, S + 1] and the target row of each edge.
-// bptr holds global positions: block b's entries of row r are bptr[b, r] .. bptr[b, r + 1]. The
+// bptr holds global positions: block b's entries of row r are bptr[b, r] .. bptr[b, r + 1]. With
+// one block (block_rows >= R) and by_target = false this is the CSC of the general kernel. The
 // caller's edge ids come along only `with_eid` (they are needed for bias and weight; else the
 // third output is empty).
 std::tuple<Tensor, Tensor, Tensor> build_layout(const Tensor& rowptr, const Tensor& col,
@@ -620,5 +586,5 @@ TORCH_LIBRARY_FRAGMENT(graphattn_fused, m) {
   m.def("blocked_forward", &graphattn_blocked::forward);
   m.def("blocked_backward_dst", &graphattn_blocked::backward_dst);
   m.def("blocked_backward_src", &graphattn_blocked::backward_src);
-  m.def("blocked_layout", &graphattn_blocked::build_layout);
+  m.def("build_layout", &graphattn_blocked::build_layout);
 }

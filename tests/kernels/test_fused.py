@@ -220,9 +220,9 @@ def test_gradcheck_small_graph():
     )
 
 
-def test_bit_identical_across_runs_and_thread_counts():
-    src, dst = power_law_graph(3000, 40000, seed=7)
-    N, H, C = 3000, 4, 16
+def assert_bit_identical_across_runs_and_thread_counts(src, dst, N, H=4, C=16):
+    """Outputs and gradients of two runs at 2 threads and one at 1 thread are equal bit for bit;
+    returns the graph (its cached layouts tell which kernel ran)."""
     graph = build_graph(torch.stack([src, dst]), N, N)
     q, k, v, bias, weight = inputs(N, H, C, src.numel(), dtype=torch.float32, seed=3)
     go = torch.randn(N, H, C, generator=torch.Generator().manual_seed(4))
@@ -241,6 +241,13 @@ def test_bit_identical_across_runs_and_thread_counts():
         torch.set_num_threads(threads)
     for a, b, c in zip(first, second, single, strict=True):
         assert torch.equal(a, b) and torch.equal(a, c)
+    return graph
+
+
+@pytest.mark.parametrize("H", [3, 4])
+def test_bit_identical_across_runs_and_thread_counts(H):
+    """H = 3 runs the general kernel, H = 4 the blocked one (one block; many: test_fused_blocked)."""
+    assert_bit_identical_across_runs_and_thread_counts(*power_law_graph(3000, 40000, seed=7), 3000, H)
 
 
 def test_empty_graph_and_no_nodes():

@@ -9,7 +9,13 @@ import pytest
 import torch
 from graphattn.kernels import build_graph, cpu_extension, fused, fused_attention
 
-from .test_fused import GRAPHS, inputs, naive_attention, power_law_graph
+from .test_fused import (
+    GRAPHS,
+    assert_bit_identical_across_runs_and_thread_counts,
+    inputs,
+    naive_attention,
+    power_law_graph,
+)
 
 pytestmark = pytest.mark.skipif(
     cpu_extension.cpu_ops(warn=False) is None
@@ -96,26 +102,8 @@ def test_masking_bias_in_some_blocks(block_bytes):
 def test_bit_identical_across_runs_and_thread_counts(block_bytes):
     block_bytes(64 << 10)
     src, dst = power_law_graph(3000, 40000, seed=7)
-    N, H, C = 3000, 4, 16
-    graph = build_graph(torch.stack([src, dst]), N, N)
-    q, k, v, bias, weight = inputs(N, H, C, src.numel(), dtype=torch.float32, seed=3)
-    go = torch.randn(N, H, C, generator=torch.Generator().manual_seed(4))
-
-    def run():
-        out = fused_attention(q, k, v, graph, bias=bias, weight=weight)
-        return (out, *torch.autograd.grad(out, (q, k, v, bias, weight), go))
-
-    threads = torch.get_num_threads()
-    try:
-        torch.set_num_threads(2)
-        first, second = run(), run()
-        torch.set_num_threads(1)
-        single = run()
-    finally:
-        torch.set_num_threads(threads)
+    graph = assert_bit_identical_across_runs_and_thread_counts(src, dst, 3000)
     assert min(blocks_used(graph).values()) > 2
-    for a, b, c in zip(first, second, single, strict=True):
-        assert torch.equal(a, b) and torch.equal(a, c)
 
 
 @pytest.mark.parametrize("by_target", [True, False])
