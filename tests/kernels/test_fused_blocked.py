@@ -13,8 +13,10 @@ from .test_fused import (
     GRAPHS,
     assert_bit_identical_across_runs_and_thread_counts,
     inputs,
+    layer_edge_sets,
     naive_attention,
     power_law_graph,
+    twin_layers,
 )
 
 pytestmark = pytest.mark.skipif(
@@ -175,3 +177,38 @@ def test_empty_rows_and_no_edges(block_bytes):
     assert torch.equal(out, torch.zeros(6, 4, 8))
     out.sum().backward()
     assert torch.equal(k.grad, torch.zeros_like(k)) and torch.equal(q.grad, torch.zeros_like(q))
+
+
+@pytest.mark.parametrize("name", ["shared", "virtual"])
+def test_layer_on_blocked_kernel_matches_float64_reference(name, block_bytes, monkeypatch):
+    """EdgeAttention in float32 with 4 heads (the blocked kernel, many blocks) against the float64
+    reference layer: outputs, attention weights and gradients of x, parameters, bias, weight."""
+    block_bytes(2000)
+    chosen = []
+    original = fused.blocked_rows
+
+    def spy(*args):
+        chosen.append(original(*args))
+        return chosen[-1]
+
+    monkeypatch.setattr(fused, "blocked_rows", spy)
+    N, H = 40, 4
+    es = layer_edge_sets(N, H)[name]
+    fused_layer, ref_layer = twin_layers(F=6, C=8, H=H)
+    x = torch.randn(N, 6, generator=torch.Generator().manual_seed(13), dtype=torch.float64)
+    results = []
+    for layer, dtype in ((fused_layer.float(), torch.float32), (ref_layer, torch.float64)):
+        xx = x.to(dtype).requires_grad_()
+        fields = {f: getattr(es, f).to(dtype).requires_grad_() for f in ("bias", "weight")
+                  if getattr(es, f) is not None}
+        extra = {"virtual_x": es.virtual_x.to(dtype)} if es.virtual_x is not None else {}
+        out, (_, alpha) = layer(xx, es.replace(**fields, **extra), return_attention_weights=True)
+        out.pow(2).sum().backward()
+        grads = [xx.grad, *(t.grad for t in fields.values()), *(p.grad for p in layer.parameters())]
+        results.append((out, alpha, grads))
+    (out, alpha, grads), (rout, ralpha, rgrads) = results
+    torch.testing.assert_close(out.double(), rout, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(alpha.double(), ralpha, rtol=1e-5, atol=1e-5)
+    for g, r in zip(grads, rgrads, strict=True):
+        torch.testing.assert_close(g.double(), r, rtol=1e-4, atol=1e-4)
+    assert chosen and all(c is not None and c[0] < N for c in chosen)  # blocked, several blocks
