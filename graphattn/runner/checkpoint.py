@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from graphattn.runner.config import resolve_config
-from graphattn.runner.tasks import Task, build_task
+from graphattn.runner.tasks import Task
 
 
 def find_checkpoint(path: str | Path, seed: int | None = None) -> Path:
@@ -34,14 +34,14 @@ def find_checkpoint(path: str | Path, seed: int | None = None) -> Path:
 def restore(path: str | Path, seed: int | None = None, device: str = "cpu",
             data_root: str | None = None) -> tuple[nn.Module, Task]:
     """The trained model (in eval mode) and its task, from a run directory or a checkpoint."""
-    from graphattn.runner.train import _prepare_task, build_model
+    from graphattn.runner.train import _build_configured_task, _prepare_task, build_model
 
     ck_path = find_checkpoint(path, seed)
     ck: dict[str, Any] = torch.load(ck_path, map_location=device, weights_only=False)
     cfg = resolve_config({k: v for k, v in ck["config"].items()})
     if data_root is not None:
         cfg["data_root"] = data_root
-    task = _prepare_task(build_task(cfg["task"], cfg["data_root"], **cfg["task_kwargs"]), cfg)
+    task = _prepare_task(_build_configured_task(cfg), cfg)
     model = build_model(cfg, task).to(device)
     model.eval()
     first = task.graph if task.level == "node" else task.splits["train"][0]

@@ -73,6 +73,13 @@ def _node_encoder(cfg: dict[str, Any], md: dict[str, Any]) -> str | None:
     return None if enc == "none" else enc
 
 
+def _build_configured_task(cfg: dict[str, Any]) -> Task:
+    """The config's task; its ``progress`` setting also silences the data set's build (Peptides'
+    SMILES conversion bar), unless the task options set ``progress`` themselves."""
+    kwargs = {"progress": bool(cfg["progress"]), **cfg["task_kwargs"]}
+    return build_task(cfg["task"], cfg["data_root"], **kwargs)
+
+
 def _prepare_task(task: Task, cfg: dict[str, Any]) -> Task:
     """Adds the positional-encoding transform a config asks for (random walk / Laplacian)."""
     pe = cfg["pe"]
@@ -412,7 +419,7 @@ def run_experiment(config: dict[str, Any]) -> dict[str, Any]:
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
         (out_dir / "config.json").write_text(json.dumps(cfg, indent=2, default=str))
-    task = _prepare_task(build_task(cfg["task"], cfg["data_root"], **cfg["task_kwargs"]), cfg)
+    task = _prepare_task(_build_configured_task(cfg), cfg)
     results = []
     for seed in cfg["seeds"]:
         trainer = Trainer(cfg, task, seed, out_dir)

@@ -57,6 +57,26 @@ def test_node_task_and_cli(mirror, tmp_path, capsys):
     assert r["task"] == "cora" and r["epochs_run"] == 3
 
 
+@pytest.mark.parametrize("flag,expected", [([], True), (["--no-progress"], False)])
+def test_progress_setting_reaches_the_data_set_build(flag, expected, monkeypatch):
+    """``--no-progress`` also silences the data set's build (Peptides' SMILES conversion bar)."""
+    from graphattn.runner import train as train_module
+
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    def fake_build_task(name, root, **kwargs):
+        seen.update(kwargs)
+        raise Stop
+
+    monkeypatch.setattr(train_module, "build_task", fake_build_task)
+    with pytest.raises(Stop):
+        cli_main(["run", "--task", "peptides-func", "--epochs", "1", *flag])
+    assert seen["progress"] is expected
+
+
 def _run_cli(args, **kw):
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     return subprocess.Popen([sys.executable, "-m", "graphattn", "run", *args], env=env,
