@@ -118,6 +118,7 @@ class FusedGraph:
         self._blocked[(by_target, block_rows, edge_ids)] = layout
         return layout  # type: ignore[return-value]
 
+
 def _ptr(counts: Tensor) -> Tensor:
     return ptr_from_counts(counts).to(torch.int32)
 
@@ -346,34 +347,33 @@ class FusedEdgeAttentionFunction(torch.autograd.Function):
         dout = dout.contiguous()
         dq = dbias = dweight = dk = dv = None
         dterm = None
-        if ctx.blocks is not None:
-            src_rows, dst_rows = ctx.blocks
-            ids = bias is not None or weight is not None
-            layout = graph.blocked_layout(src_rows, by_target=True, edge_ids=ids)
-            dq, dbias, dweight, dterm = ops.blocked_backward_dst(
-                q, k, v, out, dout, lse, *layout, bias, weight, scale, bool(need_q), bool(need_b),
-                bool(need_w),
-            )
-            if need_k or need_v:
-                layout = graph.blocked_layout(dst_rows, by_target=False, edge_ids=ids)
+        blocks, ids = ctx.blocks, bias is not None or weight is not None
+        if (softmax and need_q) or need_b or need_w:
+            if blocks is not None:  # over the forward's layout (blocks of sources)
+                layout = graph.blocked_layout(blocks[0], by_target=True, edge_ids=ids)
+                dq, dbias, dweight, dterm = ops.blocked_backward_dst(
+                    q, k, v, out, dout, lse, *layout, bias, weight, scale, bool(need_q),
+                    bool(need_b), bool(need_w),
+                )
+            else:
+                dq, dbias, dweight, dterm = ops.backward_dst(
+                    q, k, v, out, dout, lse, graph.rowptr, graph.col, graph.eid, bias, weight,
+                    scale, softmax, bool(need_q), bool(need_b), bool(need_w),
+                )
+        if (softmax and need_k) or need_v:
+            if dterm is None:  # no destination pass ran: Dterm_i = dO_i . o_i directly
+                dterm = (dout * out).sum(-1) if softmax else lse
+            if blocks is not None:  # blocks of target rows
+                layout = graph.blocked_layout(blocks[1], by_target=False, edge_ids=ids)
                 dk, dv = ops.blocked_backward_src(
                     q, k, v, dout, lse, dterm, *layout, bias, weight, scale, bool(need_k),
                     bool(need_v),
                 )
-            return dq, dk, dv, dbias, dweight, None, None, None, None
-        if (softmax and need_q) or need_b or need_w or (softmax and need_k):
-            dq, dbias, dweight, dterm = ops.backward_dst(
-                q, k, v, out, dout, lse, graph.rowptr, graph.col, graph.eid, bias, weight, scale,
-                softmax, bool(need_q), bool(need_b), bool(need_w),
-            )
-        if (softmax and need_k) or need_v:
-            if dterm is None:
-                dterm = (dout * out).sum(-1) if softmax else lse
-            colptr, crow, cuid = graph.csc()
-            dk, dv = ops.backward_src(
-                q, k, v, dout, lse, dterm, colptr, crow, cuid, bias, weight, scale, softmax,
-                bool(need_k), bool(need_v),
-            )
+            else:
+                dk, dv = ops.backward_src(
+                    q, k, v, dout, lse, dterm, *graph.csc(), bias, weight, scale, softmax,
+                    bool(need_k), bool(need_v),
+                )
         return (dq if softmax else None, dk if softmax else None, dv, dbias, dweight,
                 None, None, None, None)
 

@@ -206,7 +206,11 @@ class ConverterBlock(nn.Module):
         self.gffn = GatedFFN(channels, ffn_channels or 4 * channels, dropout)
         self.zeta = nn.Parameter(torch.ones(()))
         self.norm_out = ScaleNorm(channels)
-        self.last_edges: EdgeSet | None = None
+
+    @property
+    def last_edges(self) -> EdgeSet | None:
+        """The edge set the last forward attended over (read from the attention layer)."""
+        return self.attn.last_edges
 
     def reset_parameters(self) -> None:
         for m in (self.producer, self.attn, self.norm_z, self.gffn, self.norm_out):
@@ -219,7 +223,6 @@ class ConverterBlock(nn.Module):
         """``x [N, D]`` (real) → ``[N, D]`` (real). ``edge_index`` / ``edge_attr`` are unused (the
         operator spans each graph's complete digraph)."""
         kn = self.attn(x, self.producer, batch, data=data, generator=generator)
-        self.last_edges = self.attn.last_edges
         z = self.norm_z(kn + x)
         zeta = self.zeta.clamp(0.0, 1.0)
         return self.norm_out(self.gffn(z) + zeta * z.real + (1.0 - zeta) * z.imag)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -15,6 +16,14 @@ from graphattn.edgeset import EdgeSet
 from graphattn.nn.blocks import apply_norm, conv_takes_edge_attr, make_conv, make_norm
 from graphattn.producers.base import EdgeProducer
 from graphattn.producers.registry import build_producer
+
+
+def producer_defaults(channels: int, heads: int,
+                      overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Keyword arguments every producer built for an attention layer receives: the width of the
+    layer's input and its heads (``heads`` / ``num_heads``); ``overrides`` (the user's
+    ``producer_kwargs``) win."""
+    return {"channels": channels, "heads": heads, "num_heads": heads, **(overrides or {})}
 
 
 class HybridLayer(nn.Module):
@@ -105,9 +114,9 @@ class HybridLayer(nn.Module):
                                output=output_layer)
         self.conv_edge_attr = self.conv is not None and conv_takes_edge_attr(self.conv)
         if producer is not None:
-            defaults = {"channels": in_c, "heads": heads, "num_heads": heads}
-            defaults.update(producer_kwargs or {})
-            self.producer: EdgeProducer | None = build_producer(producer, **defaults)
+            self.producer: EdgeProducer | None = build_producer(
+                producer, **producer_defaults(in_c, heads, producer_kwargs)
+            )
             attn_heads = heads
             head_size = getattr(self.producer, "head_size", None)
             if head_size is not None and not output_layer:
@@ -142,7 +151,11 @@ class HybridLayer(nn.Module):
         self.norm1, self._nb1 = make_norm(norm, in_c if self.norm_first else channels)
         self.norm2, self._nb2 = make_norm(norm, in_c if self.norm_first else channels)
         self.norm3, self._nb3 = make_norm(norm, channels)
-        self.last_edges: EdgeSet | None = None
+
+    @property
+    def last_edges(self) -> EdgeSet | None:
+        """The edge set the last forward attended over (read from the attention layer)."""
+        return None if self.attn is None else self.attn.last_edges
 
     def reset_parameters(self) -> None:
         for m in (self.conv, self.producer, self.attn, self.attn_out, self.norm1, self.norm2,
@@ -204,7 +217,6 @@ class HybridLayer(nn.Module):
                 generator: torch.Generator | None) -> Tensor:
         assert self.attn is not None and self.producer is not None
         out = self.attn(h, self.producer, batch, data=data, generator=generator)
-        self.last_edges = self.attn.last_edges
         return out
 
     def __repr__(self) -> str:

@@ -13,7 +13,7 @@ from torch_geometric.nn.resolver import activation_resolver
 
 from graphattn.edgeset import EdgeSet
 from graphattn.nn.blocks import DataView, EdgeEncoder, NodeEncoder, random_sign_flip
-from graphattn.nn.hybrid import HybridLayer
+from graphattn.nn.hybrid import HybridLayer, producer_defaults
 from graphattn.nn.registry import register_model
 from graphattn.producers.registry import build_producer
 from graphattn.trace import AttentionTrace, trace
@@ -144,8 +144,8 @@ class GraphTransformer(nn.Module):
             if isinstance(producer, Mapping) and producer.get("shared"):
                 # one instance serves every layer (parameters shared; e.g. SAC predicts one structure)
                 spec = {k: v for k, v in producer.items() if k != "shared"}
-                producer = build_producer(spec, **{"channels": hidden_channels, "heads": heads,
-                                                   "num_heads": heads, **(producer_kwargs or {})})
+                producer = build_producer(spec, **producer_defaults(hidden_channels, heads,
+                                                                    producer_kwargs))
             producers = (
                 list(producer)
                 if isinstance(producer, Sequence) and not isinstance(producer, (str, bytes))

@@ -92,8 +92,12 @@ class SAMSABlock(nn.Module):
             Linear(channels, ffn_channels), activation_resolver(act), nn.Dropout(dropout),
             Linear(ffn_channels, channels), nn.Dropout(dropout),
         ) if ffn_channels else None
-        self.last_edges: EdgeSet | None = None
         self.reset_parameters()
+
+    @property
+    def last_edges(self) -> EdgeSet | None:
+        """The edge set the last forward attended over (read from the attention layer)."""
+        return self.attn.last_edges
 
     def reset_parameters(self) -> None:
         for m in (self.norm1, self.norm2, self.producer, self.attn, self.attn_out,
@@ -114,7 +118,6 @@ class SAMSABlock(nn.Module):
         view = (SimpleNamespace(**{SCORE_ATTR: x}) if data is None
                 else DataView(data, **{SCORE_ATTR: x}))
         h = self.attn(self.norm1(x), self.producer, batch, data=view, generator=generator)
-        self.last_edges = self.attn.last_edges
         x = x + alpha * drop_path(self.attn_out(h), batch, B, self.drop_path, self.training)
         if self.mlp is not None:
             h = self.mlp(self.norm2(x))

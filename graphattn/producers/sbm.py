@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from graphattn.edgeset import EdgeSet, ptr_from_counts
+from graphattn.edgeset import EdgeSet, sort_rows
 from graphattn.origins import origin_code
 from graphattn.producers._util import producer_generator
 from graphattn.producers.base import EdgeProducer, ProducerContext, check_positive_int
@@ -299,7 +299,7 @@ def _graph_sorted(ctx: ProducerContext) -> tuple[Tensor | None, Tensor]:
     is the CSR pointer of the sorted order."""
     if ctx.is_sorted:
         return None, ctx.ptr
-    return torch.argsort(ctx.batch, stable=True), ptr_from_counts(ctx.counts)
+    return sort_rows(ctx.batch, ctx.num_graphs)
 
 
 def _stats(ctx: ProducerContext, drawn: SampledEdges, gated: Tensor, expected: Tensor,

@@ -272,14 +272,16 @@ class Trainer:
             batch = batch.to(self.device)
             self.optimizer.zero_grad(set_to_none=True)
             loss, task_value = self._step_loss(batch, None if mask is None else mask.to(self.device))
-            if not torch.isfinite(loss):
+            # one device-to-host transfer for the check and the logs
+            task_f, objective_f = torch.stack([task_value.detach(), loss.detach()]).tolist()
+            if not math.isfinite(objective_f):
                 raise FloatingPointError(f"non-finite training loss at epoch {self.epoch + 1}")
             loss.backward()
             if cfg["grad_clip"]:
                 nn.utils.clip_grad_norm_(self.model.parameters(), cfg["grad_clip"])
             self.optimizer.step()
-            losses.append(float(task_value))
-            objectives.append(float(loss.detach()))
+            losses.append(task_f)
+            objectives.append(objective_f)
             if deadline is not None and time.perf_counter() > deadline:
                 self.budget_hit = True
                 break

@@ -169,6 +169,22 @@ struct EdgeField {
   }
 };
 
+// Softmax probability and logit gradient of one edge for four heads h .. h + 3, from its score s
+// (q_i . k_j) and g = dO_i . v_j:  p = exp(scale s + b - lse_i),  ds = p (w g - Dterm_i).
+struct EdgeGrad {
+  __m128 p, ds;
+};
+inline EdgeGrad edge_grad4(const float* s, const float* g, __m128 scale, const EdgeField& bias,
+                           const EdgeField& weight, int64_t uid, int64_t h, __m128 lse4,
+                           __m128 dterm4) {
+  __m128 x = _mm_mul_ps(_mm_loadu_ps(s), scale);
+  if (bias.on()) x = _mm_add_ps(x, bias.load4(uid, h));
+  const __m128 p = exp4(_mm_sub_ps(x, lse4));
+  const __m128 gv = _mm_loadu_ps(g);
+  const __m128 wg = weight.on() ? _mm_mul_ps(weight.load4(uid, h), gv) : gv;
+  return {p, _mm_mul_ps(p, _mm_sub_ps(wg, dterm4))};
+}
+
 // ------------------------------------------------------------------------------------- forward
 template <int D>
 void forward_impl(const float* q, const float* k, const float* v, const int32_t* bptr, int64_t B,
@@ -181,7 +197,7 @@ void forward_impl(const float* q, const float* k, const float* v, const int32_t*
     const bool first = b == 0, last = b == B - 1;
     parallel_rows(rowptr, R, [&](int64_t r0, int64_t r1) {
       const int64_t e_end = rowptr[r1];
-      std::vector<float> sbuf, fbuf, ones(H, 1.0f);
+      std::vector<float> sbuf, fbuf;
       for (int64_t i = r0; i < r1; ++i) {
         const int64_t e0 = rowptr[i], deg = rowptr[i + 1] - e0;
         float* oi = out + i * HD;
@@ -290,15 +306,10 @@ void backward_dst_impl(const float* q, const float* k, const float* v, const flo
           const __m128 dt = _mm_loadu_ps(dterm + i * H + h);
           for (int64_t t = 0; t < deg; ++t) {
             const int64_t uid = ids ? eid[e0 + t] : 0;
-            __m128 x = _mm_mul_ps(_mm_loadu_ps(s + t * H + h), sc);
-            if (bias.on()) x = _mm_add_ps(x, bias.load4(uid, h));
-            const __m128 p = exp4(_mm_sub_ps(x, l4));
-            const __m128 gv = _mm_loadu_ps(g + t * H + h);
-            if (dweight.on()) dweight.add4(uid, h, _mm_mul_ps(p, gv));
-            const __m128 wg = weight.on() ? _mm_mul_ps(weight.load4(uid, h), gv) : gv;
-            const __m128 ds = _mm_mul_ps(p, _mm_sub_ps(wg, dt));
-            if (dbias.on()) dbias.add4(uid, h, ds);
-            _mm_storeu_ps(g + t * H + h, _mm_mul_ps(ds, sc));
+            const EdgeGrad eg = edge_grad4(s + t * H + h, g + t * H + h, sc, bias, weight, uid, h, l4, dt);
+            if (dweight.on()) dweight.add4(uid, h, _mm_mul_ps(eg.p, _mm_loadu_ps(g + t * H + h)));
+            if (dbias.on()) dbias.add4(uid, h, eg.ds);
+            _mm_storeu_ps(g + t * H + h, _mm_mul_ps(eg.ds, sc));
           }
         }
         if (dq != nullptr)
@@ -353,15 +364,11 @@ void backward_src_impl(const float* q, const float* k, const float* v, const flo
         for (int64_t h = 0; h < H; h += 4) {
           for (int64_t t = 0; t < n; ++t) {
             const int64_t c = c0 + t, uid = ids ? cuid[c] : 0;
-            const float* st = stats + static_cast<int64_t>(crow[c]) * 2 * H;
-            __m128 x = _mm_mul_ps(_mm_loadu_ps(p + t * H + h), sc);
-            if (bias.on()) x = _mm_add_ps(x, bias.load4(uid, h));
-            const __m128 pr = exp4(_mm_sub_ps(x, _mm_loadu_ps(st + h)));
-            const __m128 w = weight.on() ? weight.load4(uid, h) : _mm_set1_ps(1.0f);
-            const __m128 gv = _mm_loadu_ps(g + t * H + h);
-            const __m128 ds = _mm_mul_ps(pr, _mm_sub_ps(_mm_mul_ps(w, gv), _mm_loadu_ps(st + H + h)));
-            _mm_storeu_ps(g + t * H + h, _mm_mul_ps(ds, sc));
-            _mm_storeu_ps(p + t * H + h, _mm_mul_ps(pr, w));
+            const float* st = stats + static_cast<int64_t>(crow[c]) * 2 * H;  // lse, then Dterm
+            const EdgeGrad eg = edge_grad4(p + t * H + h, g + t * H + h, sc, bias, weight, uid, h,
+                                           _mm_loadu_ps(st + h), _mm_loadu_ps(st + H + h));
+            _mm_storeu_ps(g + t * H + h, _mm_mul_ps(eg.ds, sc));
+            _mm_storeu_ps(p + t * H + h, weight.on() ? _mm_mul_ps(eg.p, weight.load4(uid, h)) : eg.p);
           }
         }
         const float* init = first ? nullptr : ones.data();

@@ -177,6 +177,7 @@ def test_empty_rows_and_no_edges(block_bytes):
     assert torch.equal(out, torch.zeros(6, 4, 8))
     out.sum().backward()
     assert torch.equal(k.grad, torch.zeros_like(k)) and torch.equal(q.grad, torch.zeros_like(q))
+    assert set(blocks_used(graph)) == {True, False}  # both blocked layouts were used
 
 
 @pytest.mark.parametrize("name", ["shared", "virtual"])
