@@ -28,8 +28,11 @@ class FullAttention(EdgeProducer):
         n_max = int(counts.max()) if B else 0
         slot = torch.arange(n_max, device=ctx.device)
         sources = (ptr[:-1, None] + slot[None, :]).view(B, 1, n_max)
-        mask = (slot[None, :] < counts[:, None]).view(B, 1, n_max)
-        sources = torch.where(mask, sources, torch.zeros_like(sources))
+        if B * n_max == ctx.num_nodes:  # graphs of equal size: every slot is a source, no mask
+            mask = None
+        else:
+            mask = (slot[None, :] < counts[:, None]).view(B, 1, n_max)
+            sources = torch.where(mask, sources, torch.zeros_like(sources))
         origin = torch.full_like(sources, origin_code("full"))
         return SharedSourceEdgeSet(
             sources, ptr, num_heads=ctx.num_heads, source_mask=mask, origin=origin,
