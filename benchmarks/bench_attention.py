@@ -1,6 +1,6 @@
 r"""Sparse multi-head attention: graphattn's fused kernel against PyG, dense SDPA and the reference.
 
-Protocol (``../shared/specs/kernels.md`` §7): every (implementation, configuration, mode, threads)
+Protocol (``docs/kernels.md``): every (implementation, configuration, mode, threads)
 runs in a fresh subprocess (isolated peak memory and allocator state) on identical, seeded inputs;
 each worker first checks its output (and gradients) against a float64 reference on a small graph of
 the same shape, then times ≥ 2 warm-ups and ≥ 5 repetitions (fewer for calls slower than 1.5 s,
@@ -54,7 +54,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 IMPLS = ("fused", "fused_general", "fused_cold", "layer", "reference", "pyg_func", "pyg_conv", "pyg_compiled",
          "sdpa_dense", "sdpa_mask")
-STREAM_GBS = 17.0  # measured copy bandwidth of one core of the project's machine (kernels.md §5)
+STREAM_GBS = 17.0  # measured copy bandwidth of one core of the project's machine (docs/kernels.md)
 
 
 # ----------------------------------------------------------------------------------- configs
@@ -315,7 +315,7 @@ def rss_bytes() -> int:
 
 
 def min_traffic_bytes(cfg: dict[str, Any], backward: bool) -> float:
-    """§4 min traffic, fp32: q, k, v, out (+ dO, dq, dk, dv, lse, D) once, int32 CSR (+ CSC)."""
+    """Minimum traffic, fp32: q, k, v, out (+ dO, dq, dk, dv, lse, D) once, int32 CSR (+ CSC)."""
     N, H, D, E = cfg["N"], cfg["H"], cfg["D"], cfg["N"] * cfg["k"]
     node = 4.0 * N * H * D
     fwd = 4 * node + 4 * E + 4 * N + 4 * N * H

@@ -1,15 +1,34 @@
-"""graphattn: efficient attention on graphs as edge-set producers and one sparse attention layer."""
+"""graphattn: efficient attention on graphs as edge-set producers and one sparse attention layer.
 
-from graphattn import producers
-from graphattn.attention import EdgeAttention
-from graphattn.edgeset import EdgeSet, union_edge_sets
-from graphattn.nn import GraphTransformer, HybridLayer
-from graphattn.origins import origin_code, origin_name
-from graphattn.producers import EdgeProducer, ProducerContext
-from graphattn.structured import OperatorEdgeSet, PermutationEdgeSet, SharedSourceEdgeSet
-from graphattn.trace import AttentionTrace, trace
+The public names are imported on first use (PEP 562), so ``import graphattn`` and the command
+line's ``--help`` do not pay for importing torch and PyG until something needs them.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+
+# public name -> module that defines it
+_EXPORTS = {
+    "AttentionTrace": "graphattn.tracing",
+    "EdgeAttention": "graphattn.attention",
+    "EdgeProducer": "graphattn.producers",
+    "EdgeSet": "graphattn.edgeset",
+    "GraphTransformer": "graphattn.nn",
+    "HybridLayer": "graphattn.nn",
+    "OperatorEdgeSet": "graphattn.structured",
+    "PermutationEdgeSet": "graphattn.structured",
+    "ProducerContext": "graphattn.producers",
+    "SharedSourceEdgeSet": "graphattn.structured",
+    "origin_code": "graphattn.origins",
+    "origin_name": "graphattn.origins",
+    "trace": "graphattn.tracing",
+    "union_edge_sets": "graphattn.edgeset",
+}
+_SUBPACKAGES = ("producers", "nn", "data", "runner", "viz", "kernels")
 
 __all__ = [
     "AttentionTrace",
@@ -28,3 +47,28 @@ __all__ = [
     "trace",
     "union_edge_sets",
 ]
+
+if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
+    from graphattn import producers
+    from graphattn.attention import EdgeAttention
+    from graphattn.edgeset import EdgeSet, union_edge_sets
+    from graphattn.nn import GraphTransformer, HybridLayer
+    from graphattn.origins import origin_code, origin_name
+    from graphattn.producers import EdgeProducer, ProducerContext
+    from graphattn.structured import OperatorEdgeSet, PermutationEdgeSet, SharedSourceEdgeSet
+    from graphattn.tracing import AttentionTrace, trace
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    elif name in _SUBPACKAGES:
+        value = importlib.import_module(f"graphattn.{name}")
+    else:
+        raise AttributeError(f"module 'graphattn' has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS, *_SUBPACKAGES})

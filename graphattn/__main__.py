@@ -1,9 +1,13 @@
 """``graphattn`` / ``python -m graphattn``: the command line.
 
-Sub-commands live in their own modules and register here:
+Sub-commands live in their own modules; only the chosen one is imported (``graphattn --help`` stays
+fast because it imports neither torch nor PyG):
 
 * ``run``  — train and evaluate (``graphattn.runner.cli``);
 * ``viz``  — draw the attention a trained model uses (``graphattn.viz.cli``).
+
+Errors are printed as one line (``graphattn run: error: ...``) with exit status 2; ``--debug``
+(before or after the sub-command) shows the full traceback instead.
 """
 
 from __future__ import annotations
@@ -13,39 +17,74 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-# name -> module with ``add_arguments(parser)`` and ``main(args) -> int``
+# name -> (module with ``add_arguments(parser)`` and ``main(args) -> int``, one-line help)
 SUBCOMMANDS = {
-    "run": "graphattn.runner.cli",
-    "viz": "graphattn.viz.cli",
+    "run": ("graphattn.runner.cli", "train and evaluate a model on a benchmark task "
+                                    "(default: Cora with a GCN + attention hybrid)"),
+    "viz": ("graphattn.viz.cli", "draw the attention a trained model uses on one sample "
+                                 "(HTML viewer or PNG/PDF/SVG figures)"),
 }
 
+DESCRIPTION = ("graphattn: efficient attention on graphs, sequences, images and point clouds. "
+               "Without a sub-command it runs the main job ('graphattn run').")
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="graphattn", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command")
-    for name, module in SUBCOMMANDS.items():
-        try:
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The parser; sub-command options are added for ``only`` (all sub-commands when ``None``)."""
+    parser = argparse.ArgumentParser(prog="graphattn", description=DESCRIPTION)
+    parser.add_argument("--debug", action="store_true", help="show full tracebacks on errors")
+    sub = parser.add_subparsers(dest="command", metavar="{" + ",".join(SUBCOMMANDS) + "}")
+    for name, (module, help_text) in SUBCOMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text,
+                           formatter_class=argparse.ArgumentDefaultsHelpFormatter
+                           if name == "viz" else argparse.HelpFormatter)
+        p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                       help="show full tracebacks on errors")
+        if only is None or only == name:
             mod = importlib.import_module(module)
-        except ModuleNotFoundError as exc:  # a sub-command not installed in this build
-            if exc.name is not None and module.startswith(exc.name):
-                continue
-            raise
-        p = sub.add_parser(name, help=(mod.__doc__ or "").strip().splitlines()[0])
-        mod.add_arguments(p)
-        p.set_defaults(_main=mod.main)
+            mod.add_arguments(p)
+            p.set_defaults(_main=mod.main)
     return parser
+
+
+def _subcommand(argv: Sequence[str]) -> str | None:
+    for arg in argv:
+        if arg in SUBCOMMANDS:
+            return arg
+        if not arg.startswith("-"):
+            return None
+    return None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv:
-        argv = ["run"]  # the main job: the embedded default experiment
-    parser = build_parser()
+    if not [a for a in argv if a != "--debug"]:
+        argv = [*argv, "run"]  # the main job: the embedded default experiment
+    name = _subcommand(argv)
+    parser = build_parser(only=name or "")
     args = parser.parse_args(argv)
     if getattr(args, "_main", None) is None:
         parser.print_help()
         return 2
-    return int(args._main(args) or 0)
+    try:
+        return int(args._main(args) or 0)
+    except KeyboardInterrupt:
+        print(f"graphattn {name}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        if args.debug:
+            raise
+        print(f"graphattn {name}: error: {describe_error(exc)}", file=sys.stderr)
+        return 2 if isinstance(exc, (ValueError, TypeError, OSError)) else 1
+
+
+def describe_error(exc: BaseException) -> str:
+    """One line for the user: the message of the errors the library raises on bad input (they
+    name the argument), the type as well for anything else, plus a pointer to ``--debug``."""
+    msg = str(exc).strip() or type(exc).__name__
+    if isinstance(exc, (ValueError, TypeError, FileNotFoundError)):
+        return msg
+    return f"{type(exc).__name__}: {msg} (run again with --debug for the traceback)"
 
 
 if __name__ == "__main__":

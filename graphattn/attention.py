@@ -11,7 +11,7 @@ from torch import Tensor, nn
 from torch_geometric.nn import Linear, MessagePassing
 from torch_geometric.utils import segment
 
-from graphattn import trace as _trace
+from graphattn import tracing as _trace
 from graphattn.edgeset import MODES, EdgeSet, as_edge_set
 from graphattn.kernels import permutation_gather, sddmm, segment_softmax, shared_source_attention
 from graphattn.kernels.fused import (

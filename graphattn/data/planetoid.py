@@ -12,6 +12,14 @@ from graphattn.data.store import data_root
 
 NAMES = {"cora": "Cora", "citeseer": "CiteSeer", "pubmed": "PubMed"}
 
+# Class names in the Planetoid label order (matched through the per-class node counts: Cora
+# 351/217/418/818/426/298/180; CiteSeer 249/590/668/701/596/508, plus 15 featureless nodes labelled 0).
+CLASSES = {
+    "cora": ("Theory", "Reinforcement_Learning", "Genetic_Algorithms", "Neural_Networks",
+             "Probabilistic_Methods", "Case_Based", "Rule_Learning"),
+    "citeseer": ("AI", "ML", "IR", "DB", "Agents", "HCI"),
+}
+
 
 class Planetoid(VerifiedMixin, _PygPlanetoid):
     """PyG's :class:`~torch_geometric.datasets.Planetoid` (public split: 20 labels per class,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import zipfile
 from collections.abc import Callable
+from pathlib import Path
 
 from torch_geometric.datasets import GeometricShapes as _PygGeometricShapes
 
@@ -25,6 +26,12 @@ class GeometricShapes(VerifiedMixin, _PygGeometricShapes):
         self._data_base = root
         super().__init__(str(data_root(root) / "GeometricShapes"), train=train,
                          transform=transform, pre_transform=pre_transform)
+
+    @property
+    def classes(self) -> list[str]:
+        """Class names in label order: the mesh folders, sorted as PyG numbers them
+        (``2d_circle`` ... ``3d_wedge_long``)."""
+        return sorted(d.name for d in Path(self.raw_dir).iterdir() if d.is_dir())
 
     def download(self) -> None:
         base = fetch(self.registry_key, self._data_base)

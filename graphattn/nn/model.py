@@ -16,7 +16,7 @@ from graphattn.nn.blocks import DataView, EdgeEncoder, NodeEncoder, random_sign_
 from graphattn.nn.hybrid import HybridLayer, producer_defaults
 from graphattn.nn.registry import register_model
 from graphattn.producers.registry import build_producer
-from graphattn.trace import AttentionTrace, trace
+from graphattn.tracing import AttentionTrace, trace
 
 POOLS = {"mean": global_mean_pool, "add": global_add_pool, "sum": global_add_pool,
          "max": global_max_pool, "cls": None}
@@ -53,8 +53,9 @@ class GraphTransformer(nn.Module):
         num_layers (int): :math:`L`.
         producer: producer spec for every layer, or a list with one spec per layer (``None`` =
             no global branch in that layer). A mapping spec with ``"shared": true`` (or an
-            :class:`~graphattn.producers.EdgeProducer` instance) is built once and used by every
-            layer.
+            :class:`~graphattn.producers.EdgeProducer` instance) is built once, sized for the first
+            layer's input, and used by every layer; ``"shared": false`` (the default) builds one
+            producer per layer.
         conv (str, optional): local MPNN in every layer (see :class:`HybridLayer`).
         heads (int): attention heads.
         dropout, attn_dropout (float): see :class:`HybridLayer`.
@@ -141,11 +142,18 @@ class GraphTransformer(nn.Module):
         self.pe_encoder = Linear(-1, hidden_channels) if self.pe_attr else None
         self.layers = nn.ModuleList()  # a preset (builds_own_layers) fills it itself
         if not self.builds_own_layers:
-            if isinstance(producer, Mapping) and producer.get("shared"):
-                # one instance serves every layer (parameters shared; e.g. SAC predicts one structure)
-                spec = {k: v for k, v in producer.items() if k != "shared"}
-                producer = build_producer(spec, **producer_defaults(hidden_channels, heads,
-                                                                    producer_kwargs))
+            if isinstance(producer, Mapping) and "shared" in producer:
+                shared = producer["shared"]
+                if not isinstance(shared, bool):
+                    raise ValueError(f"a producer spec's 'shared' must be true or false, got {shared!r}")
+                producer = {k: v for k, v in producer.items() if k != "shared"}
+                if shared:
+                    # one instance serves every layer (parameters shared; e.g. SAC predicts one
+                    # structure). It is sized for the first layer's input: the raw features
+                    # (lazily sized) without a node encoder, the hidden width with one.
+                    first_in = -1 if node_encoder is None else hidden_channels
+                    producer = build_producer(producer, **producer_defaults(first_in, heads,
+                                                                            producer_kwargs))
             producers = (
                 list(producer)
                 if isinstance(producer, Sequence) and not isinstance(producer, (str, bytes))

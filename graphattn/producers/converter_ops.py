@@ -19,7 +19,7 @@ Everything here is plain tensor code with no parameters:
 
 The released code of the paper drops the scan's boundary carry (so its :math:`\Phi` is not unitary
 and the last token never contributes) and inverts with swapped factors; the sweeps below are the
-corrected ones of ``specs/converter.md`` §1.6 and are tested against dense products of explicit
+corrected ones (``docs/converter.md``, departures) and are tested against dense products of explicit
 Givens matrices.
 """
 

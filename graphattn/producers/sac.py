@@ -323,6 +323,11 @@ class SAC(EdgeProducer):
         B = ctx.num_graphs
         W = int(n.max()) if B and ctx.num_nodes else 0
         h = ctx.x if self.pg_to_nodes else ctx.x.detach()
+        if h.size(-1) != self.node_proj.in_channels:
+            raise ValueError(f"SAC was built for inputs of width {self.node_proj.in_channels}, but this "
+                             f"layer's input has width {h.size(-1)} (a producer shared by layers of "
+                             f"different input widths needs share_structure=True: only the first "
+                             f"layer predicts)")
         w = self.node_proj(h.to(self.node_proj.weight.dtype))
         emb, _ = to_dense_batch(w, ctx.batch, batch_size=B, max_num_nodes=max(W, 1))
         return {"emb": emb[:, :W], "w": w, "n": n, "ptr": ptr, "B": B, "W": W}

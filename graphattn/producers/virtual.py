@@ -27,25 +27,35 @@ class VirtualNodes(EdgeProducer):
     (``union``) for the usual "edges + virtual node" model.
 
     Args:
-        channels (int): width of ``x`` (the learned embeddings :math:`e_j`).
+        channels (int): width of ``x`` (the learned embeddings :math:`e_j`); ``-1``: lazy, sized by
+            the first input (a first layer that reads the raw features).
         num_virtual (int): :math:`m`.
         pool (str): ``"mean"``, ``"sum"``, ``"max"`` or ``"none"`` (embeddings only).
     """
 
     def __init__(self, channels: int, num_virtual: int = 1, pool: str = "mean") -> None:
         super().__init__()
-        self.channels = check_positive_int("channels", channels)
+        if isinstance(channels, bool) or not isinstance(channels, int) or (channels < 1 and channels != -1):
+            raise ValueError(f"'channels' must be a positive int or -1 (lazy), got {channels!r}")
+        self.channels = channels
         self.num_virtual = check_positive_int("num_virtual", num_virtual)
         if pool not in POOLS:
             raise ValueError(f"'pool' must be one of {POOLS}, got {pool!r}")
         self.pool = pool
-        self.embedding = nn.Parameter(torch.empty(num_virtual, channels))
+        self.embedding: nn.Parameter = (nn.parameter.UninitializedParameter() if channels == -1
+                                        else nn.Parameter(torch.empty(num_virtual, channels)))
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        nn.init.normal_(self.embedding, std=0.02)
+        if not isinstance(self.embedding, nn.parameter.UninitializedParameter):
+            nn.init.normal_(self.embedding, std=0.02)
 
     def produce(self, ctx: ProducerContext) -> EdgeSet:
+        if isinstance(self.embedding, nn.parameter.UninitializedParameter):
+            self.channels = int(ctx.x.size(1))
+            with torch.no_grad():
+                self.embedding.materialize((self.num_virtual, self.channels), device=ctx.device)
+            self.reset_parameters()
         if ctx.x.size(1) != self.channels:
             raise ValueError(f"VirtualNodes(channels={self.channels}) got x of width {ctx.x.size(1)}")
         B, m, N = ctx.num_graphs, self.num_virtual, ctx.num_nodes

@@ -1,11 +1,28 @@
 """The experiment runner: tasks, metrics, training with model selection on validation,
-multi-seed aggregation, resumable checkpoints."""
+multi-seed aggregation, resumable checkpoints.
 
-from graphattn.runner.checkpoint import restore
-from graphattn.runner.config import DEFAULTS, TASK_DEFAULTS, resolve_config
-from graphattn.runner.metrics import accuracy, lrgb_ap, mae
-from graphattn.runner.tasks import TASKS, Task, build_task
-from graphattn.runner.train import build_model, run_experiment
+Names are imported on first use (PEP 562): the command line reads the configuration module
+without importing torch."""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+_EXPORTS = {
+    "DEFAULTS": "graphattn.runner.config",
+    "TASK_DEFAULTS": "graphattn.runner.config",
+    "resolve_config": "graphattn.runner.config",
+    "restore": "graphattn.runner.checkpoint",
+    "accuracy": "graphattn.runner.metrics",
+    "lrgb_ap": "graphattn.runner.metrics",
+    "mae": "graphattn.runner.metrics",
+    "TASKS": "graphattn.runner.tasks",
+    "Task": "graphattn.runner.tasks",
+    "build_task": "graphattn.runner.tasks",
+    "build_model": "graphattn.runner.train",
+    "run_experiment": "graphattn.runner.train",
+}
 
 __all__ = [
     "DEFAULTS",
@@ -21,3 +38,22 @@ __all__ = [
     "restore",
     "run_experiment",
 ]
+
+if TYPE_CHECKING:  # pragma: no cover
+    from graphattn.runner.checkpoint import restore
+    from graphattn.runner.config import DEFAULTS, TASK_DEFAULTS, resolve_config
+    from graphattn.runner.metrics import accuracy, lrgb_ap, mae
+    from graphattn.runner.tasks import TASKS, Task, build_task
+    from graphattn.runner.train import build_model, run_experiment
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'graphattn.runner' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})

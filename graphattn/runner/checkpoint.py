@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import pickle
 from pathlib import Path
 from typing import Any
 
@@ -31,13 +32,36 @@ def find_checkpoint(path: str | Path, seed: int | None = None) -> Path:
     return ck
 
 
+def load_checkpoint(path: str | Path, map_location: Any = "cpu") -> dict[str, Any]:
+    """A checkpoint written by the runner, loaded with ``torch.load(weights_only=True)``: tensors
+    and plain containers only, so a file from someone else cannot run code when it is opened.
+    A damaged, truncated or foreign file raises a ``ValueError`` naming it."""
+    path = Path(path)
+    try:
+        ck = torch.load(path, map_location=map_location, weights_only=True)
+    except FileNotFoundError:
+        raise ValueError(f"checkpoint {path} does not exist") from None
+    except pickle.UnpicklingError as exc:
+        first = (str(exc).strip().splitlines() or [""])[0]
+        raise ValueError(f"checkpoint {path} holds more than tensors and plain containers, or is "
+                         f"damaged; graphattn checkpoints never need code to load, so it is not "
+                         f"loaded ({first})") from None
+    except (RuntimeError, EOFError, OSError) as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise ValueError(f"checkpoint {path} cannot be read: it is damaged or truncated ({first}); "
+                         f"delete it and train again (or resume from another checkpoint)") from None
+    if not isinstance(ck, dict) or "model" not in ck or "config" not in ck:
+        raise ValueError(f"checkpoint {path} is not a graphattn run checkpoint (no model/config)")
+    return ck
+
+
 def restore(path: str | Path, seed: int | None = None, device: str = "cpu",
             data_root: str | None = None) -> tuple[nn.Module, Task]:
     """The trained model (in eval mode) and its task, from a run directory or a checkpoint."""
     from graphattn.runner.train import _build_configured_task, _prepare_task, build_model
 
     ck_path = find_checkpoint(path, seed)
-    ck: dict[str, Any] = torch.load(ck_path, map_location=device, weights_only=False)
+    ck = load_checkpoint(ck_path, map_location=device)
     cfg = resolve_config({k: v for k, v in ck["config"].items()})
     if data_root is not None:
         cfg["data_root"] = data_root

@@ -1,14 +1,37 @@
-"""Train and evaluate a model on a benchmark task (default: Cora with a hybrid model)."""
+"""Train and evaluate a model on a benchmark task (``graphattn run``; default: Cora with a hybrid
+model).
+
+Every option can also be given in a ``--config`` file (TOML or JSON, same keys with ``_`` for
+``-``); options on the command line override the file, the file overrides the task's defaults, and
+those override the global defaults. ``--show-config`` prints the resolved configuration.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 from typing import Any
 
-from graphattn.runner.config import DEFAULTS, load_config_file
-from graphattn.runner.tasks import TASKS
+from graphattn.runner.choices import CONV_NAMES, MODEL_NAMES, PRODUCER_NAMES, TASK_NAMES
+from graphattn.runner.config import DEFAULTS, default_out, load_config_file, resolve_config
+
+EPILOG = f"""\
+producers: {", ".join(PRODUCER_NAMES)}
+  (a JSON spec sets arguments: '{{"name": "samsa", "k": 32}}'; a union:
+   '{{"name": "union", "producers": ["input", "expander", "virtual"]}}')
+models:    {", ".join(MODEL_NAMES)}
+tasks:     {", ".join(TASK_NAMES)}
+
+Where a default says "tasks may set their own", the task's value wins (e.g. the citation tasks use
+a GAT-shaped model); 'graphattn run --task T --show-config' prints every value a run would use.
+
+examples:
+  graphattn run                                              # Cora, the main job
+  graphattn run --task citeseer --seeds 0 1 2
+  graphattn run --config examples/configs/listops.toml --epochs 2 --out runs/listops-try
+  graphattn run --task peptides-func --conv gine \\
+      --producer '{{"name": "union", "producers": ["input", "expander", "virtual"]}}'
+"""
 
 
 def _json(text: str) -> Any:
@@ -23,84 +46,143 @@ def _producer(text: str) -> Any:
     return _json(text) if text.strip()[:1] in "[{" else text
 
 
+def _d(key: str, task: bool = True) -> str:
+    value = DEFAULTS[key]
+    shown = "none" if value is None else value
+    return f" (default: {shown}{'; tasks may set their own' if task else ''})"
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", help="JSON or TOML file with any of the keys below")
-    p.add_argument("--task", choices=sorted(TASKS), help="benchmark task (default: cora)")
-    p.add_argument("--task-kwargs", type=_json, help="task options as JSON, e.g. '{\"num_train\": 500}'")
-    p.add_argument("--producer", type=_producer, help="producer name or JSON spec")
-    p.add_argument("--producer-kwargs", type=_json, help="producer arguments as JSON")
-    p.add_argument("--model", help="registered model: hybrid (default) or a mechanism preset")
-    p.add_argument("--model-kwargs", type=_json, help="extra model arguments as JSON")
-    p.add_argument("--conv", help="local MPNN: gcn, gin, gine, gat, sage, resgated or none")
-    p.add_argument("--layers", type=int)
-    p.add_argument("--hidden", type=int)
-    p.add_argument("--heads", type=int)
-    p.add_argument("--dropout", type=float)
-    p.add_argument("--attn-dropout", type=float)
-    p.add_argument("--input-dropout", type=float)
-    p.add_argument("--norm", help="layer_norm, batch_norm, a PyG norm name, or none")
-    p.add_argument("--norm-first", action=argparse.BooleanOptionalAction, default=None)
-    p.add_argument("--ffn-ratio", type=int)
-    p.add_argument("--act", help="activation (relu, elu, gelu, ...)")
-    p.add_argument("--node-encoder", help="default (the task's), none, linear, atom or embedding")
-    p.add_argument("--residual", action=argparse.BooleanOptionalAction, default=None)
-    p.add_argument("--ffn", action=argparse.BooleanOptionalAction, default=None)
-    p.add_argument("--head-layers", type=int)
-    p.add_argument("--pe", help="laplacian, random_walk or position")
-    p.add_argument("--pe-dim", type=int)
-    p.add_argument("--optimizer", choices=["adam", "adamw"])
-    p.add_argument("--epochs", type=int)
-    p.add_argument("--lr", type=float)
-    p.add_argument("--weight-decay", type=float)
-    p.add_argument("--batch-size", type=int)
-    p.add_argument("--scheduler", choices=["none", "cosine"])
-    p.add_argument("--warmup-epochs", type=int)
-    p.add_argument("--grad-clip", type=float)
-    p.add_argument("--aux-weight", type=float)
-    p.add_argument("--pg-weight", type=float)
-    p.add_argument("--pg-momentum", type=float, help="momentum of the REINFORCE moving-average "
-                   "baseline")
-    p.add_argument("--seeds", type=int, nargs="+")
-    p.add_argument("--out", help="run directory (default: runs/<task>-<producer>)")
-    p.add_argument("--data-root", help="data root (default: $GRAPHATTN_DATA or ~/.cache/graphattn)")
-    p.add_argument("--device")
-    p.add_argument("--time-budget", type=float, help="minutes of training per seed")
-    p.add_argument("--eval-every", type=int)
-    p.add_argument("--patience", type=int, help="stop after this many epochs without a better "
-                   "validation metric")
-    p.add_argument("--threads", type=int)
-    p.add_argument("--resume", action="store_true", default=None,
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+    p.epilog = EPILOG
+    g = p.add_argument_group("what to run")
+    g.add_argument("--config", metavar="FILE",
+                   help="TOML or JSON file with any of the options below (keys with '_' for '-')")
+    g.add_argument("--task", metavar="TASK",
+                   help=f"benchmark task, one of: {', '.join(TASK_NAMES)} (default: {DEFAULTS['task']})")
+    g.add_argument("--task-kwargs", type=_json, metavar="JSON",
+                   help="task options as JSON, e.g. '{\"num_train\": 500}'; '{\"limit\": N}' keeps the "
+                        "first N samples of every split (a quick check)")
+    g.add_argument("--producer", type=_producer, metavar="NAME|JSON",
+                   help="edge-set producer of the attention branch: a name (see below) or a JSON spec"
+                        + _d("producer"))
+    g.add_argument("--producer-kwargs", type=_json, metavar="JSON",
+                   help="producer arguments as JSON, merged into --producer")
+    g.add_argument("--model", metavar="NAME",
+                   help=f"registered model: {', '.join(MODEL_NAMES)} (default: hybrid, a "
+                        f"GraphTransformer of HybridLayers)")
+    g.add_argument("--model-kwargs", type=_json, metavar="JSON", help="extra model arguments as JSON")
+
+    m = p.add_argument_group("model")
+    m.add_argument("--conv", metavar="NAME",
+                   help=f"local message-passing branch: {', '.join(CONV_NAMES)} or none" + _d("conv"))
+    m.add_argument("--layers", type=int, metavar="N", help="number of layers" + _d("layers"))
+    m.add_argument("--hidden", type=int, metavar="N", help="width of every layer" + _d("hidden"))
+    m.add_argument("--heads", type=int, metavar="N", help="attention heads" + _d("heads"))
+    m.add_argument("--dropout", type=float, metavar="P", help="dropout after each branch and in the "
+                   "feed-forward block" + _d("dropout"))
+    m.add_argument("--attn-dropout", type=float, metavar="P",
+                   help="dropout on the attention coefficients" + _d("attn_dropout"))
+    m.add_argument("--input-dropout", type=float, metavar="P",
+                   help="dropout on the raw input features" + _d("input_dropout"))
+    m.add_argument("--norm", metavar="NAME", help="layer_norm, batch_norm, a PyG norm name, or none"
+                   + _d("norm"))
+    m.add_argument("--norm-first", action=argparse.BooleanOptionalAction, default=None,
+                   help="pre-norm layers (norm before each branch)" + _d("norm_first"))
+    m.add_argument("--ffn-ratio", type=int, metavar="R",
+                   help="feed-forward width as a multiple of --hidden" + _d("ffn_ratio"))
+    m.add_argument("--act", metavar="NAME", help="activation: relu, elu, gelu, ..." + _d("act"))
+    m.add_argument("--node-encoder", metavar="NAME",
+                   help="input encoder: default (the task's), none, linear, atom or embedding"
+                        + _d("node_encoder", task=False))
+    m.add_argument("--residual", action=argparse.BooleanOptionalAction, default=None,
+                   help="residual connections around each branch" + _d("residual"))
+    m.add_argument("--ffn", action=argparse.BooleanOptionalAction, default=None,
+                   help="feed-forward block in every layer" + _d("ffn"))
+    m.add_argument("--head-layers", type=int, metavar="N",
+                   help="layers of the prediction MLP (0: the last layer outputs the classes)"
+                        + _d("head_layers"))
+    m.add_argument("--pe", metavar="NAME", help="positional encoding: laplacian, random_walk or position"
+                   + _d("pe"))
+    m.add_argument("--pe-dim", type=int, metavar="N", help="positional-encoding size" + _d("pe_dim"))
+
+    o = p.add_argument_group("optimisation")
+    o.add_argument("--optimizer", choices=["adam", "adamw"], help="optimizer" + _d("optimizer"))
+    o.add_argument("--epochs", type=int, metavar="N", help="training epochs" + _d("epochs"))
+    o.add_argument("--lr", type=float, metavar="LR", help="learning rate" + _d("lr"))
+    o.add_argument("--weight-decay", type=float, metavar="W", help="weight decay" + _d("weight_decay"))
+    o.add_argument("--batch-size", type=int, metavar="N", help="graphs per batch (graph tasks)"
+                   + _d("batch_size"))
+    o.add_argument("--scheduler", choices=["none", "cosine"],
+                   help="learning-rate schedule after the warm-up" + _d("scheduler"))
+    o.add_argument("--warmup-epochs", type=int, metavar="N", help="linear learning-rate warm-up"
+                   + _d("warmup_epochs"))
+    o.add_argument("--grad-clip", type=float, metavar="NORM", help="clip the gradient norm"
+                   + _d("grad_clip"))
+    o.add_argument("--aux-weight", type=float, metavar="W",
+                   help="weight of the producers' auxiliary losses (e.g. SBM's density term)"
+                        + _d("aux_weight"))
+    o.add_argument("--pg-weight", type=float, metavar="W",
+                   help="weight of the REINFORCE surrogate of sampling producers (SAC)" + _d("pg_weight"))
+    o.add_argument("--pg-momentum", type=float, metavar="M",
+                   help="momentum of the REINFORCE moving-average baseline" + _d("pg_momentum"))
+    o.add_argument("--patience", type=int, metavar="N",
+                   help="stop after this many epochs without a better validation metric"
+                        + _d("patience"))
+    o.add_argument("--eval-every", type=int, metavar="N", help="evaluate every N epochs"
+                   + _d("eval_every"))
+
+    r = p.add_argument_group("running")
+    r.add_argument("--seeds", type=int, nargs="+", metavar="S",
+                   help="seeds to train, aggregated as mean ± std" + _d("seeds", task=False))
+    r.add_argument("--out", metavar="DIR",
+                   help="run folder (default: runs/<task>-<producer>, runs/<task>-<model> for a "
+                        "preset); an existing run there is refused unless --overwrite or --resume")
+    r.add_argument("--overwrite", action="store_true", default=None,
+                   help="replace the run already in --out")
+    r.add_argument("--resume", action="store_true", default=None,
                    help="continue from <out>/seed<k>/last.pt where it exists")
-    p.add_argument("--no-progress", dest="progress", action="store_false", default=None)
+    r.add_argument("--data-root", metavar="DIR",
+                   help="data root (default: $GRAPHATTN_DATA or ~/.cache/graphattn)")
+    r.add_argument("--device", metavar="DEV", help="cpu, cuda or cuda:N" + _d("device", task=False))
+    r.add_argument("--threads", type=int, metavar="N", help="CPU threads (default: torch's choice)")
+    r.add_argument("--time-budget", type=float, metavar="MIN",
+                   help="stop training a seed after this many minutes, checked after every step "
+                        "(results then depend on the machine's speed; prefer --epochs)")
+    r.add_argument("--no-progress", dest="progress", action="store_false", default=None,
+                   help="no progress bar")
+    r.add_argument("--show-config", action="store_true",
+                   help="print the resolved configuration as JSON and exit")
 
 
 def config_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    """The run's configuration: the ``--config`` file, then the options given on the command line;
+    ``out`` defaults to :func:`~graphattn.runner.config.default_out`."""
     cfg: dict[str, Any] = load_config_file(args.config) if args.config else {}
     for key in DEFAULTS:
         value = getattr(args, key, None)
         if value is not None:
             cfg[key] = value
     if not cfg.get("out"):
-        prod = cfg.get("producer", "default")
-        name = prod if isinstance(prod, str) else (prod.get("name", "custom") if isinstance(prod, dict)
-                                                   else "custom")
-        cfg["out"] = f"runs/{cfg.get('task', DEFAULTS['task'])}-{name}"
+        cfg["out"] = default_out(resolve_config(cfg))
     return cfg
 
 
 def main(args: argparse.Namespace) -> int:
+    cfg = config_from_args(args)
+    if args.show_config:
+        print(json.dumps(resolve_config(cfg), indent=2))
+        return 0
     from graphattn.runner.train import run_experiment
 
-    cfg = config_from_args(args)
-    try:
-        res = run_experiment(cfg)
-    except ValueError as exc:
-        print(f"graphattn run: error: {exc}", file=sys.stderr)
-        return 2
+    res = run_experiment(cfg)
     s = res["summary"]
     out = res["config"]["out"]
     print(f"\n{s['task']} ({res['task_notes']})")
-    print((open(f"{out}/summary.md").read()) if out else "")
+    if out:
+        with open(f"{out}/summary.md", encoding="utf-8") as f:
+            print(f.read())
     print(f"{s['task']} test {s['metric']}: {s['test']} (validation {s['val']}, "
           f"{len(s['seeds'])} seed(s)); results in {out}")
     return 0
+

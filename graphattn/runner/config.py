@@ -58,6 +58,7 @@ DEFAULTS: dict[str, Any] = {
     "eval_every": 1,
     "patience": None,
     "resume": False,
+    "overwrite": False,
     "progress": True,
     "threads": None,
 }
@@ -110,13 +111,19 @@ TASK_DEFAULTS: dict[str, dict[str, Any]] = {
 def load_config_file(path: str | Path) -> dict[str, Any]:
     """A JSON or TOML experiment file (keys as in :data:`DEFAULTS`)."""
     path = Path(path)
-    if not path.exists():
+    if path.suffix not in (".toml", ".json"):
+        raise ValueError(f"config file must be .toml or .json, got {path.name!r}")
+    if not path.is_file():
         raise ValueError(f"config file {path} does not exist")
-    if path.suffix == ".toml":
-        return tomllib.loads(path.read_text())
-    if path.suffix == ".json":
-        return json.loads(path.read_text())
-    raise ValueError(f"config file must be .json or .toml, got {path.name}")
+    text = path.read_text(encoding="utf-8")
+    try:
+        cfg = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
+    except ValueError as exc:  # tomllib.TOMLDecodeError and json.JSONDecodeError
+        raise ValueError(f"config file {path} is not valid {path.suffix[1:].upper()}: {exc}") from None
+    if not isinstance(cfg, dict):
+        raise ValueError(f"config file {path} must hold a table/object of options, got "
+                         f"{type(cfg).__name__}")
+    return cfg
 
 
 def resolve_config(overrides: dict[str, Any]) -> dict[str, Any]:
@@ -140,6 +147,27 @@ def resolve_config(overrides: dict[str, Any]) -> dict[str, Any]:
     if cfg["scheduler"] not in ("none", "cosine"):
         raise ValueError(f"'scheduler' must be 'none' or 'cosine', got {cfg['scheduler']!r}")
     return cfg
+
+
+def default_out(cfg: dict[str, Any]) -> str:
+    """The run folder of a resolved config without ``out``: ``runs/<task>-<producer>``, or
+    ``runs/<task>-<model>`` for a model preset (the preset's producer is part of it)."""
+    if cfg["model"] != "hybrid":
+        return f"runs/{cfg['task']}-{cfg['model']}"
+    prod = cfg["producer"]
+    if isinstance(prod, dict):
+        name = str(prod.get("name", "custom"))
+        if name == "union" and isinstance(prod.get("producers"), list):
+            parts = [p if isinstance(p, str) else str(p.get("name", "custom")) if isinstance(p, dict)
+                     else "custom" for p in prod["producers"]]
+            name = "+".join(parts)
+    elif isinstance(prod, str):
+        name = prod
+    elif prod is None:
+        name = "none"
+    else:
+        name = "custom"
+    return f"runs/{cfg['task']}-{name}"
 
 
 def producer_spec(cfg: dict[str, Any]) -> Any:

@@ -26,6 +26,7 @@ from graphattn.data import (
 )
 from graphattn.data.fashion_mnist import CLASSES as FASHION_CLASSES
 from graphattn.data.listops import TOKEN_ID, VOCAB
+from graphattn.data.planetoid import CLASSES as PLANETOID_CLASSES
 
 
 @dataclass
@@ -103,7 +104,7 @@ def _citation(name: str, root: Any, **_: Any) -> Task:
     return Task(name=name, level="node", modality="graph", loss="ce", metric="accuracy",
                 out_channels=ds.num_classes, graph=data,
                 model_defaults={"node_encoder": "linear"},
-                labels=[str(c) for c in range(ds.num_classes)],
+                labels=list(PLANETOID_CLASSES.get(name, [str(c) for c in range(ds.num_classes)])),
                 notes="public Planetoid split (20 labels per class, 500 val, 1000 test); "
                       "row-normalised features")
 
@@ -179,8 +180,12 @@ class _Resampled(torch.utils.data.Dataset):
     """The same meshes, with points sampled by a fixed per-item seed (a deterministic view)."""
 
     def __init__(self, base: Any, num_points: int, k: int, seed: int) -> None:
-        self.base, self.num_points, self.seed = base, num_points, seed
+        self.base, self.num_points, self.k, self.seed = base, num_points, k, seed
         self.graph = PointCloudToGraph(k=k)
+
+    def head(self, n: int) -> _Resampled:
+        """The first ``n`` items, sampled as here."""
+        return _Resampled(self.base[:min(n, len(self.base))], self.num_points, self.k, self.seed)
 
     def __len__(self) -> int:
         return len(self.base)
@@ -202,7 +207,7 @@ def _shapes(name: str, root: Any, num_points: int = 256, k: int = 16, **_: Any) 
     val = _Resampled(GeometricShapes(root, train=True), num_points, k, seed=1)
     test = _Resampled(GeometricShapes(root, train=False), num_points, k, seed=2)
     return Task(name=name, level="graph", modality="points", loss="ce", metric="accuracy",
-                out_channels=40, splits={"train": train, "val": val, "test": test},
+                out_channels=40, splits={"train": train, "val": val, "test": test}, labels=train.classes,
                 model_defaults={"node_encoder": "linear", "pool": "mean"},
                 notes=f"{num_points} points sampled from each mesh (fresh samples every epoch in "
                       f"training), {k}-NN edges; one mesh per class in train and test, so the "
@@ -224,8 +229,30 @@ TASKS: dict[str, Callable[..., Task]] = {
 }
 
 
-def build_task(name: str, root: str | os.PathLike | None = None, **kwargs: Any) -> Task:
-    """The task ``name`` (see :data:`TASKS`); ``kwargs`` are task options (sizes, patch size...)."""
+def build_task(name: str, root: str | os.PathLike | None = None, limit: int | None = None,
+               **kwargs: Any) -> Task:
+    """The task ``name`` (see :data:`TASKS`); ``kwargs`` are task options (sizes, patch size...).
+
+    ``limit`` (a quick check on tiny data): graph tasks keep the first ``limit`` samples of every
+    split; node tasks keep the subgraph induced by the first ``limit // 3`` (at least 1) training,
+    validation and test nodes each."""
     if name not in TASKS:
         raise ValueError(f"unknown task {name!r}; available: {', '.join(TASKS)}")
-    return TASKS[name](name, root, **kwargs)
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise ValueError(f"task option 'limit' must be a positive int, got {limit!r}")
+    task = TASKS[name](name, root, **kwargs)
+    if limit is not None:
+        _limit(task, limit)
+    return task
+
+
+def _limit(task: Task, n: int) -> None:
+    if task.level == "node":
+        g = task.graph
+        assert g is not None
+        keep = torch.cat([g[f"{s}_mask"].nonzero().view(-1)[:max(n // 3, 1)]
+                          for s in ("train", "val", "test")]).unique()
+        task.graph = g.subgraph(keep)
+        return
+    task.splits = {k: (ds.head(n) if isinstance(ds, _Resampled) else ds[:min(n, len(ds))])
+                   for k, ds in task.splits.items()}

@@ -7,7 +7,9 @@ import json
 import math
 import random
 import statistics
+import sys
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,11 +23,12 @@ from tqdm.auto import tqdm
 from graphattn.data.store import atomic_torch_save
 from graphattn.nn import GraphTransformer, get_model
 from graphattn.policy import ReinforceBaseline, per_graph_log_likelihood
+from graphattn.runner.checkpoint import load_checkpoint
 from graphattn.runner.config import producer_spec, resolve_config
 from graphattn.runner.metrics import METRICS
 from graphattn.runner.tasks import Task, build_task
 
-CHECKPOINT_VERSION = 1
+CHECKPOINT_VERSION = 2
 
 
 def build_model(cfg: dict[str, Any], task: Task) -> GraphTransformer:
@@ -138,15 +141,26 @@ def _seed_everything(seed: int) -> None:
 
 
 def _rng_state(loader_gen: torch.Generator) -> dict[str, Any]:
+    """Every random state a run consumes, as tensors and plain Python values (checkpoints load
+    with ``weights_only=True``)."""
+    kind, keys, pos, has_gauss, gauss = np.random.get_state()
     return {"torch": torch.get_rng_state(), "python": random.getstate(),
-            "numpy": np.random.get_state(), "loader": loader_gen.get_state()}
+            "numpy": [kind, torch.from_numpy(keys.astype(np.int64)), int(pos), int(has_gauss),
+                      float(gauss)],
+            "loader": loader_gen.get_state()}
 
 
 def _set_rng_state(state: dict[str, Any], loader_gen: torch.Generator) -> None:
     torch.set_rng_state(state["torch"])
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    kind, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
     loader_gen.set_state(state["loader"])
+
+
+#: config keys that do not change what is trained (a run may be resumed with other values)
+_RUN_ONLY = ("resume", "overwrite", "progress", "out", "seeds", "threads")
 
 
 class Trainer:
@@ -215,9 +229,12 @@ class Trainer:
         path = self.out_dir / "last.pt" if self.out_dir is not None else None
         if path is None or not path.exists():
             return False
-        ck = torch.load(path, map_location=self.device, weights_only=False)
-        mine = {k: v for k, v in self.cfg.items() if k not in ("resume", "progress", "out", "seeds")}
-        theirs = {k: v for k, v in ck["config"].items() if k not in ("resume", "progress", "out", "seeds")}
+        ck = load_checkpoint(path, map_location=self.device)
+        if ck.get("version") != CHECKPOINT_VERSION:
+            raise ValueError(f"cannot resume {path}: it was written by checkpoint format "
+                             f"{ck.get('version')}, this version reads {CHECKPOINT_VERSION}")
+        mine = {k: v for k, v in self.cfg.items() if k not in _RUN_ONLY}
+        theirs = {k: v for k, v in ck["config"].items() if k not in _RUN_ONLY}
         if mine != theirs:
             diff = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
             raise ValueError(f"cannot resume {path}: its config differs in {diff}")
@@ -231,11 +248,14 @@ class Trainer:
         return True
 
     # ------------------------------------------------------------- training
-    def _step_loss(self, batch: Any, mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
-        """``(objective, task loss)``: the optimised objective adds the auxiliary and
+    def _step_loss(self, batch: Any, mask: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        """``(objective, task loss, predictions)``: the optimised objective adds the auxiliary and
         policy-gradient terms to the task loss (which is logged on its own)."""
         model, task, cfg = self.model, self.task, self.cfg
         out = model(batch)
+        if out.size(0) != batch.y.size(0):
+            raise ValueError(f"the model returned {out.size(0)} predictions for {batch.y.size(0)} "
+                             f"targets")
         y = batch.y
         loss = task_loss(task, out[mask] if mask is not None else out,
                          y[mask] if mask is not None else y)
@@ -252,26 +272,40 @@ class Trainer:
                 graph = torch.arange(out.size(0), device=out.device)
                 rewards = per_graph_log_likelihood(task.loss, out.detach(), y, graph, out.size(0))
             loss = loss + cfg["pg_weight"] * self.baseline.loss(terms, rewards)
-        return loss, task_value
+        return loss, task_value, out
 
-    def train_epoch(self, deadline: float | None = None) -> float:
-        """One pass over the training set; stops early (mid-epoch) once ``deadline``
-        (``time.perf_counter()``) passes — only time-budgeted runs set one. Returns the mean task
-        loss; the mean of the optimised objective (task + auxiliary + policy-gradient surrogate)
-        is kept in ``self.last_objective``."""
-        self.model.train()
+    def _train_batches(self) -> tuple[Any, int]:
+        """``(iterable of (batch, mask), steps per epoch)``."""
         task, cfg = self.task, self.cfg
-        losses, objectives = [], []
         if task.level == "node":
-            batches: Any = [(task.graph, task.graph.train_mask)]
-        else:
-            loader = DataLoader(task.splits["train"], batch_size=cfg["batch_size"], shuffle=True,
-                                generator=self.loader_gen, drop_last=False)
-            batches = ((b, None) for b in loader)
+            return [(task.graph, task.graph.train_mask)], 1
+        loader = DataLoader(task.splits["train"], batch_size=cfg["batch_size"], shuffle=True,
+                            generator=self.loader_gen, drop_last=False)
+        return ((b, None) for b in loader), len(loader)
+
+    def steps_per_epoch(self) -> int:
+        if self.task.level == "node":
+            return 1
+        return math.ceil(len(self.task.splits["train"]) / self.cfg["batch_size"])
+
+    def train_epoch(self, deadline: float | None = None,
+                    on_step: Callable[[float], None] | None = None) -> float:
+        """One pass over the training set; stops early (mid-epoch) once ``deadline``
+        (``time.perf_counter()``) passes — only time-budgeted runs set one. ``on_step(loss)`` is
+        called after every optimizer step (the progress bar). Returns the mean task loss; the mean
+        of the optimised objective (task + auxiliary + policy-gradient surrogate) is kept in
+        ``self.last_objective`` and the task metric on the training batches (as the model was
+        when it saw each batch, in training mode) in ``self.last_train_metric``."""
+        self.model.train()
+        cfg = self.cfg
+        losses, objectives = [], []
+        outs, ys = [], []
+        batches, _ = self._train_batches()
         for batch, mask in batches:
             batch = batch.to(self.device)
+            mask = None if mask is None else mask.to(self.device)
             self.optimizer.zero_grad(set_to_none=True)
-            loss, task_value = self._step_loss(batch, None if mask is None else mask.to(self.device))
+            loss, task_value, out = self._step_loss(batch, mask)
             # one device-to-host transfer for the check and the logs
             task_f, objective_f = torch.stack([task_value.detach(), loss.detach()]).tolist()
             if not math.isfinite(objective_f):
@@ -282,23 +316,31 @@ class Trainer:
             self.optimizer.step()
             losses.append(task_f)
             objectives.append(objective_f)
+            y = batch.y
+            outs.append((out if mask is None else out[mask]).detach().float().cpu())
+            ys.append((y if mask is None else y[mask]).cpu())
+            if on_step is not None:
+                on_step(task_f)
             if deadline is not None and time.perf_counter() > deadline:
                 self.budget_hit = True
                 break
         self.scheduler.step()
         self.last_objective = float(np.mean(objectives)) if objectives else float("nan")
+        self.last_train_metric = (_metric(self.task, torch.cat(outs), torch.cat(ys)) if outs
+                                  else float("nan"))
         return float(np.mean(losses)) if losses else float("nan")
 
     @torch.no_grad()
-    def evaluate(self) -> dict[str, float]:
+    def evaluate(self, splits: Sequence[str] = ("val", "test")) -> dict[str, float]:
+        """The task metric of the model in evaluation mode on each of ``splits``."""
         self.model.eval()
         task = self.task
         if task.level == "node":
             g = task.graph.to(self.device)
             out = self.model(g)
-            return {s: _metric(task, out[g[f"{s}_mask"]], g.y[g[f"{s}_mask"]]) for s in ("val", "test")}
+            return {s: _metric(task, out[g[f"{s}_mask"]], g.y[g[f"{s}_mask"]]) for s in splits}
         res = {}
-        for split in ("val", "test"):
+        for split in splits:
             outs, ys = [], []
             for batch in DataLoader(task.splits[split], batch_size=max(self.cfg["batch_size"], 64)):
                 batch = batch.to(self.device)
@@ -312,12 +354,41 @@ class Trainer:
             return True
         return val > self.best["val"] if self.higher_is_better else val < self.best["val"]
 
-    def fit(self) -> dict[str, Any]:
+    def fit(self, announce: bool = True) -> dict[str, Any]:
+        """Trains up to ``epochs`` (or the time budget / patience), evaluating the validation metric
+        every ``eval_every`` epochs; the test metric is computed only for a new best validation
+        epoch (model selection on validation alone). With ``announce``, a run whose estimated time
+        is far beyond its budget (or beyond half an hour) says so early in its first epoch."""
         cfg = self.cfg
         budget = cfg["time_budget"] * 60 if cfg["time_budget"] else None
         stopped = None
-        bar = tqdm(total=cfg["epochs"], initial=self.epoch, disable=not cfg["progress"],
-                   desc=f"{self.task.name} seed {self.seed}", leave=False)
+        steps = self.steps_per_epoch()
+        bar = tqdm(total=cfg["epochs"] * steps, initial=self.epoch * steps, disable=not cfg["progress"],
+                   desc=f"{self.task.name} seed {self.seed}", unit="step", leave=False,
+                   dynamic_ncols=True)
+        metric = self.task.metric
+        post: dict[str, str] = {}
+        # the estimate: the first (slower) step plus the mean of the next ones, taken at the end of
+        # the first epoch or after 1 + ESTIMATE_STEPS steps, whichever comes first
+        clock = {"n": 0, "first": 0.0, "sum": 0.0, "last": 0.0}
+
+        def on_step(loss: float) -> None:
+            bar.update(1)
+            now = time.perf_counter()
+            if announce and clock["n"] <= ESTIMATE_STEPS:
+                if clock["n"] == 0:
+                    clock["first"] = now - t0
+                else:
+                    clock["sum"] += now - clock["last"]
+                clock["last"] = now
+                clock["n"] += 1
+                n = int(clock["n"])
+                if n == min(steps, ESTIMATE_STEPS + 1):
+                    step_s = clock["sum"] / (n - 1) if n > 1 else clock["first"]
+                    self._announce(clock["first"] + step_s * (steps - 1), budget)
+            post["loss"] = f"{loss:.4f}"
+            bar.set_postfix(post, refresh=False)
+
         while self.epoch < cfg["epochs"]:
             if budget is not None and self.elapsed >= budget:
                 stopped = f"time budget of {cfg['time_budget']} min reached"
@@ -328,28 +399,40 @@ class Trainer:
                 break
             t0 = time.perf_counter()
             deadline = None if budget is None else t0 + (budget - self.elapsed)
-            loss = self.train_epoch(deadline)
+            loss = self.train_epoch(deadline, on_step)
             self.epoch += 1
-            row: dict[str, Any] = {"epoch": self.epoch, "loss": loss}
+            row: dict[str, Any] = {"epoch": self.epoch, "loss": loss,
+                                   f"train_{metric}": self.last_train_metric}
             if self.last_objective != loss:  # aux / policy-gradient terms were optimised too
                 row["objective"] = self.last_objective
             if (self.epoch % cfg["eval_every"] == 0 or self.epoch == cfg["epochs"]
                     or self.budget_hit):
-                row.update(self.evaluate())
+                # one forward pass gives every split of a node task; graph tasks evaluate the
+                # test split only for a new best validation epoch
+                res = self.evaluate(("val", "test") if self.task.level == "node" else ("val",))
+                row["val"] = res["val"]
                 if self._better(row["val"]):
+                    row["test"] = res["test"] if "test" in res else self.evaluate(("test",))["test"]
                     self.best = {"epoch": self.epoch, "val": row["val"], "test": row["test"]}
                     self.save("best.pt")
             self.elapsed += time.perf_counter() - t0
             row["time_s"] = self.elapsed
             self.history.append(row)
             self.save("last.pt")
-            bar.update(1)
-            bar.set_postfix({k: round(v, 4) for k, v in row.items() if k in ("loss", "val", "test")})
+            post.update({"epoch": f"{self.epoch}/{cfg['epochs']}",
+                         f"train {metric}": f"{self.last_train_metric:.4f}"})
+            if "val" in row:
+                post[f"val {metric}"] = f"{row['val']:.4f}"
+            if self.best is not None:
+                post["best val"] = f"{self.best['val']:.4f}@{self.best['epoch']}"
+            bar.set_postfix(post)
             if self.budget_hit:
                 stopped = f"time budget of {cfg['time_budget']} min reached (mid-epoch {self.epoch})"
                 break
         bar.close()
-        assert self.best is not None, "no evaluation happened"
+        if self.best is None:
+            raise RuntimeError("no evaluation happened (the run has no epoch left to train; "
+                               "raise --epochs or start a new --out)")
         return {
             "task": self.task.name, "seed": self.seed, "metric": self.task.metric,
             "best_epoch": self.best["epoch"], "val": self.best["val"], "test": self.best["test"],
@@ -357,6 +440,42 @@ class Trainer:
             "params": self.n_params, "stopped": stopped,
             "edge_stats": _density(self.model),
         }
+
+    def _announce(self, epoch_s: float, budget: float | None) -> None:
+        """Warns when the run's estimated training time is far beyond its budget (or, without a
+        budget, beyond half an hour), from the first step's time."""
+        remaining = self.cfg["epochs"] - self.epoch
+        estimate = epoch_s * remaining
+        if budget is not None:
+            if estimate <= 2 * budget:
+                return
+            fits = max(int(budget // max(epoch_s, 1e-9)), 0)
+            msg = (f"at ~{_duration(epoch_s)} per epoch, {remaining} epochs would take "
+                   f"~{_duration(estimate)}; the time budget of {_duration(budget)} stops training "
+                   f"after ~{fits} epoch(s)")
+        elif estimate > LONG_RUN_S:
+            msg = (f"at ~{_duration(epoch_s)} per epoch, {remaining} epochs will take "
+                   f"~{_duration(estimate)} (lower --epochs, choose a lighter producer, or set "
+                   f"--time-budget)")
+        else:
+            return
+        tqdm.write(f"graphattn run: note: {self.task.name} seed {self.seed}: {msg}", file=sys.stderr)
+
+
+#: steps timed (after the first) for the estimate of a run's length
+ESTIMATE_STEPS = 10
+#: a run estimated to train longer than this (seconds) without a time budget says so
+LONG_RUN_S = 30 * 60
+
+
+def _duration(seconds: float) -> str:
+    seconds = max(float(seconds), 0.0)
+    if seconds < 60:
+        return f"{seconds:.1f} s" if seconds < 10 else f"{seconds:.0f} s"
+    minutes = seconds / 60
+    if minutes < 60:
+        return f"{minutes:.0f} min"
+    return f"{int(minutes // 60)} h {int(minutes % 60)} min"
 
 
 def _density(model: GraphTransformer) -> list[dict[str, float] | None]:
@@ -386,7 +505,8 @@ def summarise(results: list[dict[str, Any]], cfg: dict[str, Any]) -> dict[str, A
     vals = [r["val"] for r in results]
     tests = [r["test"] for r in results]
     summary = {
-        "task": cfg["task"], "producer": cfg["producer"], "metric": results[0]["metric"],
+        "task": cfg["task"], "model": cfg["model"], "producer": producer_spec(cfg),
+        "metric": results[0]["metric"],
         "seeds": [r["seed"] for r in results],
         "val_mean": statistics.mean(vals), "val_std": statistics.stdev(vals) if len(vals) > 1 else 0.0,
         "test_mean": statistics.mean(tests),
@@ -401,12 +521,43 @@ def markdown_table(results: list[dict[str, Any]], summary: dict[str, Any]) -> st
              f"| epochs | time (s) | params |", "|---|---|---|---|---|---|---|---|---|"]
     prod = summary["producer"]
     prod = prod if isinstance(prod, str) else json.dumps(prod)
+    if summary.get("model", "hybrid") != "hybrid":
+        prod = f"{summary['model']}: {prod}"
     for r in results:
         lines.append(f"| {r['task']} | {prod} | {r['seed']} | {r['best_epoch']} | {r['val']:.4f} | "
                      f"{r['test']:.4f} | {r['epochs_run']} | {r['train_time_s']} | {r['params']} |")
     lines.append(f"| **{summary['task']}** | {prod} | {len(results)} seeds | | **{summary['val']}** | "
                  f"**{summary['test']}** | | | |")
     return "\n".join(lines) + "\n"
+
+
+#: what a run writes into its folder (``--overwrite`` removes these and nothing else)
+RUN_FILES = ("config.json", "results.jsonl", "summary.json", "summary.md")
+
+
+def _claim_run_folder(out_dir: Path, *, overwrite: bool, resume: bool) -> None:
+    """Creates ``out_dir``; refuses one that already holds a run unless ``resume`` (continue it)
+    or ``overwrite`` (remove the earlier run's files first)."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ValueError(f"--out {out_dir} exists and is not a folder")
+    earlier = [p for p in (out_dir / f for f in RUN_FILES) if p.exists()]
+    earlier += sorted(p for p in out_dir.glob("seed*") if p.is_dir()) if out_dir.is_dir() else []
+    if earlier and not resume:
+        if not overwrite:
+            raise ValueError(f"--out {out_dir} already holds a run ({earlier[0].name}); pass "
+                             f"--overwrite to replace it, --resume to continue it, or choose "
+                             f"another --out")
+        for p in earlier:
+            if p.is_dir():
+                for f in ("best.pt", "last.pt"):
+                    (p / f).unlink(missing_ok=True)
+                for f in p.glob(".*.tmp"):
+                    f.unlink()
+                if not any(p.iterdir()):
+                    p.rmdir()
+            else:
+                p.unlink()
+    out_dir.mkdir(parents=True, exist_ok=True)
 
 
 def run_experiment(config: dict[str, Any]) -> dict[str, Any]:
@@ -419,15 +570,15 @@ def run_experiment(config: dict[str, Any]) -> dict[str, Any]:
         torch.set_num_threads(int(cfg["threads"]))
     out_dir = Path(cfg["out"]) if cfg["out"] else None
     if out_dir is not None:
-        out_dir.mkdir(parents=True, exist_ok=True)
+        _claim_run_folder(out_dir, overwrite=bool(cfg["overwrite"]), resume=bool(cfg["resume"]))
         (out_dir / "config.json").write_text(json.dumps(cfg, indent=2, default=str))
     task = _prepare_task(_build_configured_task(cfg), cfg)
     results = []
-    for seed in cfg["seeds"]:
+    for i, seed in enumerate(cfg["seeds"]):
         trainer = Trainer(cfg, task, seed, out_dir)
         if cfg["resume"]:
             trainer.resume()
-        results.append(trainer.fit())
+        results.append(trainer.fit(announce=i == 0))
     summary = summarise(results, cfg)
     if out_dir is not None:
         with open(out_dir / "results.jsonl", "w") as f:

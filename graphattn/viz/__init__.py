@@ -7,34 +7,47 @@ self-contained interactive page (:func:`write_html`); :func:`visualize` does all
 ``graphattn viz <run> --sample i --out file.html|file.png`` does it for a trained run.
 """
 
-from graphattn.viz.api import describe_producers, visualize, write_output
-from graphattn.viz.html import render_html, write_html
-from graphattn.viz.static import (
-    attention_matrix,
-    draw_attention,
-    draw_heads,
-    draw_heatmap,
-    draw_summary,
-    origin_color,
-    save_figure,
-)
-from graphattn.viz.view import (
-    AttentionView,
-    EdgeList,
-    LayerAttention,
-    build_view,
-    layer_stats,
-    prune,
-    thin_layer,
-    trace_sample,
-)
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+# public name -> submodule (imported on first use, PEP 562: the command line's help stays fast)
+_EXPORTS = {
+    "describe_prediction": "graphattn.viz.api",
+    "describe_producers": "graphattn.viz.api",
+    "visualize": "graphattn.viz.api",
+    "write_output": "graphattn.viz.api",
+    "render_html": "graphattn.viz.html",
+    "write_html": "graphattn.viz.html",
+    "attention_matrix": "graphattn.viz.static",
+    "draw_attention": "graphattn.viz.static",
+    "draw_heads": "graphattn.viz.static",
+    "draw_heatmap": "graphattn.viz.static",
+    "draw_summary": "graphattn.viz.static",
+    "origin_color": "graphattn.viz.static",
+    "save_figure": "graphattn.viz.static",
+    "AttentionView": "graphattn.viz.view",
+    "EdgeList": "graphattn.viz.view",
+    "LayerAttention": "graphattn.viz.view",
+    "auto_top_k": "graphattn.viz.view",
+    "build_view": "graphattn.viz.view",
+    "layer_stats": "graphattn.viz.view",
+    "prune": "graphattn.viz.view",
+    "thin_layer": "graphattn.viz.view",
+    "trace_and_predict": "graphattn.viz.view",
+    "trace_sample": "graphattn.viz.view",
+}
+
 
 __all__ = [
     "AttentionView",
     "EdgeList",
     "LayerAttention",
     "attention_matrix",
+    "auto_top_k",
     "build_view",
+    "describe_prediction",
     "describe_producers",
     "draw_attention",
     "draw_heads",
@@ -46,8 +59,21 @@ __all__ = [
     "render_html",
     "save_figure",
     "thin_layer",
+    "trace_and_predict",
     "trace_sample",
     "visualize",
     "write_html",
     "write_output",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'graphattn.viz' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})

@@ -14,7 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from graphattn.viz.api import FIGURES, describe_producers, write_output
+#: the static figures (``graphattn.viz.api.FIGURES``; listed here so that ``--help`` imports no torch)
+FIGURES = ("graph", "heads", "heatmap", "summary")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -28,15 +29,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="static figure to draw ('all' writes <stem>_<figure>.<ext> for each)")
     parser.add_argument("--layer", default="-1", help="layer index (negative from the end) or name")
     parser.add_argument("--head", default="mean", help="head index or 'mean' (mean over heads)")
-    parser.add_argument("--top-k", type=int, default=None, help="keep each target's k strongest in-edges")
+    parser.add_argument("--top-k", type=_parse_top_k, default="auto",
+                        help="in-edges drawn per target: a number, 'all' (or 0), or 'auto' (default: "
+                             "by node count, all up to 24 nodes, 3 up to 80, 2 up to 200, else 1)")
     parser.add_argument("--threshold", type=float, default=0.0, help="hide edges with |alpha| below this")
-    parser.add_argument("--color-by", choices=("origin", "weight"), default="origin")
+    parser.add_argument("--color-by", choices=("origin", "weight"), default="origin",
+                        help="edge colour: the producer that generated the edge, or its weight")
     parser.add_argument("--hops", type=int, default=None, help="attention hops around the focus node")
     parser.add_argument("--focus-k", type=int, default=8, help="strongest sources kept per node and hop")
     parser.add_argument("--max-nodes", type=int, default=60, help="node cap of a focus view")
-    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--device", default="cpu", help="device to run the model on")
     parser.add_argument("--data-root", default=None, help="data root, if not the one the run used")
-    parser.add_argument("--dpi", type=int, default=150)
+    parser.add_argument("--dpi", type=int, default=150, help="resolution of PNG figures")
+
+
+def _parse_top_k(text: str) -> int | str | None:
+    if text in ("auto", ""):
+        return "auto"
+    if text == "all":
+        return None
+    try:
+        k = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, 'all' or 'auto', got {text!r}") from None
+    if k < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {k}")
+    return k or None
 
 
 def _parse_layer(text: str) -> int | str:
@@ -84,7 +102,8 @@ def main(args: argparse.Namespace) -> int:
     import torch
     from torch_geometric.data import Batch
 
-    from graphattn.viz.view import build_view, trace_sample
+    from graphattn.viz.api import describe_prediction, describe_producers, write_output
+    from graphattn.viz.view import build_view, trace_and_predict
 
     out = Path(args.out)
     if out.suffix.lower() not in (".html", ".htm", ".png", ".pdf", ".svg"):
@@ -105,14 +124,22 @@ def main(args: argparse.Namespace) -> int:
     else:
         batch, focus = Batch.from_data_list([data]), None
     with torch.no_grad():
-        trace = trace_sample(model, batch.to(args.device))
+        trace, output = trace_and_predict(model, batch.to(args.device))
     if not len(trace):
         print("graphattn viz: the model ran no attention layer (no producer in any layer)",
               file=sys.stderr)
         return 1
     run_name = Path(args.run).name if Path(args.run).is_dir() else Path(args.run).parent.parent.name
     what = f"node {args.sample}" if focus is not None else f"test sample {args.sample}"
-    title = f"{run_name} · {task.name} · {what} · {describe_producers(model)}"
+    if isinstance(output, (tuple, list)):
+        output = output[0] if output else None
+    row = focus if focus is not None else 0
+    y = getattr(data, "y", None)
+    y = None if y is None else (y[row] if focus is not None else y)
+    pred = describe_prediction(y, None if output is None else output[row].detach().cpu(),
+                               loss=getattr(task, "loss", ""), class_names=getattr(task, "labels", None))
+    title = " · ".join(dict.fromkeys([run_name, task.name, what, *([pred] if pred else [])]))
+    title += f"\n{describe_producers(model)}"
     view = build_view(trace, batch.cpu(), focus=focus, kind=task.modality, labels=labels, title=title,
                       hops=args.hops, focus_k=args.focus_k, max_nodes=args.max_nodes)
     paths = write_output(view, out, figure=args.figure, layer=_parse_layer(args.layer),

@@ -7,10 +7,11 @@ tag could not run even if one slipped through. Labels reach the page only as JSO
 ``<``, ``>``, ``&`` and the JS line separators are ``\\u`` escapes, and the script inserts them with
 ``textContent``: a label such as ``<script>`` is shown as text.
 
-Controls: layer and head (or the head mean), colour by origin or weight, top-k per target,
-|α| threshold, origin toggles, labels, the data's own edges; hover for weights and labels, click a
-node to highlight its in-edges (what it attends to) and out-edges (what attends to it), wheel to
-zoom, drag to pan.
+Controls: layer and head (or the head mean), colour by origin or weight, top-k per target (the
+page opens at the size-dependent default of the static figures), |α| threshold, origin toggles,
+labels, the data's own edges; hover for weights and labels, click a node to highlight its in-edges
+(what it attends to) and out-edges (what attends to it), wheel to zoom, drag to pan. Self-loops
+are drawn as a halo around the node.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import numpy as np
 
 from graphattn.origins import origin_name
 from graphattn.viz.static import origin_color
-from graphattn.viz.view import AttentionView, thin_layer
+from graphattn.viz.view import MAX_DRAWN, AttentionView, resolve_top_k, thin_layer
 
 _JSON_ESCAPES = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
 
@@ -39,12 +40,20 @@ def _asset(name: str) -> str:
 
 
 def _floats(a: np.ndarray, digits: int = 5) -> list[float]:
-    """Short decimal floats (``digits`` significant digits) for a compact payload."""
-    return [float(f"{v:.{digits}g}") for v in np.asarray(a, dtype=np.float64).ravel().tolist()]
+    """Floats rounded to ``digits`` significant digits (short in JSON), vectorised."""
+    v = np.asarray(a, dtype=np.float64).ravel()
+    if not np.isfinite(v).all():
+        raise ValueError("the view holds a non-finite coefficient or coordinate")
+    mag = np.floor(np.log10(np.where(v != 0, np.abs(v), 1.0)))
+    e = (digits - 1 - mag).astype(np.int64)
+    # divide or multiply by an exact power of ten, so the result is the double nearest the decimal
+    up = np.where(e >= 0, 10.0 ** np.clip(e, 0, 22), 1.0)
+    down = np.where(e < 0, 10.0 ** np.clip(-e, 0, 22), 1.0)
+    return (np.round(v * up / down) * down / up).tolist()
 
 
 def _ints(a: np.ndarray) -> list[int]:
-    return [int(v) for v in np.asarray(a).ravel().tolist()]
+    return np.asarray(a).astype(np.int64).ravel().tolist()
 
 
 def json_for_script(obj: Any) -> str:
@@ -69,13 +78,31 @@ def _background(view: AttentionView) -> dict[str, Any] | None:
     return {"href": href, "x0": x0, "x1": x1, "y0": y0, "y1": y1}
 
 
-def view_payload(view: AttentionView, *, max_edges: int | None = 200_000,
-                 max_drawn: int = 5000) -> dict[str, Any]:
+def node_radius(view: AttentionView) -> float:
+    """Node radius of graph and point views in drawing units: 30 % of the typical distance to the
+    nearest node (markers and self-loop halos never overlap), at most the static figures' size
+    for this node count (:func:`~graphattn.viz.static.count_node_size`) relative to the drawing."""
+    from graphattn.viz.static import count_node_size, node_spacing
+
+    total = view.num_nodes + view.num_virtual
+    if total == 0:
+        return 0.0
+    span = float(np.ptp(view.pos, axis=0).max()) if total > 1 else 1.0
+    span = span if span > 0 else 1.0
+    cap = 0.5 * count_node_size(total) / 650.0 * span  # a 9-inch (650 pt) drawing, as the figures
+    spacing = node_spacing(view.pos)
+    return float(min(cap, 0.3 * spacing) if spacing > 0 else cap)
+
+
+def view_payload(view: AttentionView, *, max_edges: int | None = 60_000,
+                 max_drawn: int = MAX_DRAWN, top_k: int | str | None = "auto") -> dict[str, Any]:
     """The JSON payload the viewer script reads (see ``assets/viewer.js``).
 
     ``max_edges``: a layer with more edge-head pairs is thinned to each target's strongest in-edges
-    (:func:`~graphattn.viz.view.thin_layer`), which keeps the file small; ``max_drawn``: above this
-    many edges in a (layer, head), the page opens with a top-k per target (the user can clear it).
+    (:func:`~graphattn.viz.view.thin_layer`), which keeps the file small. The page opens with each
+    target's ``top_k`` strongest in-edges (``"auto"``: :func:`~graphattn.viz.view.auto_top_k` of the
+    node count; ``None``/``0``: all), fewer if a (layer, head) would still draw more than
+    ``max_drawn`` edges; the user can change or clear it.
     """
     from graphattn.viz.static import _node_style, node_categories
 
@@ -88,7 +115,7 @@ def view_payload(view: AttentionView, *, max_edges: int | None = 200_000,
     from matplotlib.colors import to_hex
 
     layers = []
-    biggest = 0
+    biggest = indegree = 0
     notes = list(view.notes)
     for lay in view.layers:
         if max_edges is not None:
@@ -107,11 +134,17 @@ def view_payload(view: AttentionView, *, max_edges: int | None = 200_000,
             "origin": _ints(lay.origin),
             "prunedFrom": lay.pruned_from,
         })
-        biggest = max([biggest, *[lay.count(h) for h in range(lay.num_heads)]])
+        for h in range(lay.num_heads):
+            el = lay.edges(h)
+            biggest = max(biggest, len(el))
+            if len(el):
+                indegree = max(indegree, int(np.bincount(el.dst).max()))
     codes = sorted({int(c) for lay in view.layers for c in np.unique(lay.origin)})
-    default_top_k = 0
+    default_top_k = (resolve_top_k(top_k, n) or 0) if n else 0
     if biggest > max_drawn and n:
-        default_top_k = max(1, max_drawn // n)
+        default_top_k = min(default_top_k or biggest, max(1, max_drawn // n))
+    if default_top_k >= indegree:  # nothing to hide
+        default_top_k = 0
     if default_top_k:
         notes.append(f"showing each target's top-{default_top_k} in-edges at first (set top-k to 0 "
                      f"for all {biggest})")
@@ -138,6 +171,7 @@ def view_payload(view: AttentionView, *, max_edges: int | None = 200_000,
         "stats": view.stats,
         "background": _background(view),
         "defaultTopK": default_top_k,
+        "nodeRadius": node_radius(view) if view.kind not in ("sequence", "image") else None,
         "categories": None if cats is None else [{"name": k, "color": to_hex(c)} for k, c in cats.items()],
         "labelsDefault": (n + V) <= 150 and view.kind != "image" and cats is None,
     }
@@ -151,13 +185,14 @@ def _csp(js: str, css: str) -> str:
             f"img-src data:; base-uri 'none'; form-action 'none'")
 
 
-def render_html(view: AttentionView, *, title: str | None = None, max_edges: int | None = 200_000,
-                max_drawn: int = 5000) -> str:
-    """The viewer page for ``view`` as a string (``max_edges``, ``max_drawn``: :func:`view_payload`)."""
+def render_html(view: AttentionView, *, title: str | None = None, max_edges: int | None = 60_000,
+                max_drawn: int = MAX_DRAWN, top_k: int | str | None = "auto") -> str:
+    """The viewer page for ``view`` as a string (``max_edges``, ``max_drawn``, ``top_k``:
+    :func:`view_payload`)."""
     from graphattn import __version__
 
     js, css = _asset("viewer.js"), _asset("viewer.css")
-    payload = view_payload(view, max_edges=max_edges, max_drawn=max_drawn)
+    payload = view_payload(view, max_edges=max_edges, max_drawn=max_drawn, top_k=top_k)
     page_title = title if title is not None else (view.title or "graphattn attention viewer")
     payload["title"] = page_title
     values = {

@@ -4,8 +4,9 @@
   ``x = -1``. Edges between tokens are drawn as arcs (see :mod:`graphattn.viz.static`).
 * **image**: ``x`` = column, ``y = -row`` of ``data.pos = (row, col)``; a CLS node at ``(-1, -1)``
   lands above the top-left corner.
-* **points**: 2-D coordinates as they are; 3-D (or higher) ones projected on their two principal
-  axes (PCA), which keeps the widest view of the cloud.
+* **points**: 2-D coordinates as they are; 3-D (or higher) ones rotated onto their principal axes
+  (PCA) and drawn in a fixed oblique view (30° azimuth, 20° elevation, orthographic), so a solid
+  keeps its depth; a flat cloud (third principal axis under 5 % of the first) is drawn face on.
 * **graph / molecule** (no ``pos``): networkx Kamada–Kawai on the data's edges, per connected
   component (spring layout with a fixed seed above 400 nodes), components packed in rows; for a
   focus view, shells around the focus node by attention hop, strongest sources first.
@@ -31,14 +32,25 @@ def _pos_array(data: Any, nodes: np.ndarray) -> np.ndarray | None:
     return p.reshape(p.shape[0], -1)[nodes]
 
 
-def _pca2(p: np.ndarray) -> np.ndarray:
+def _pca2(p: np.ndarray, azimuth: float = 30.0, elevation: float = 20.0) -> np.ndarray:
+    """2-D drawing coordinates of points: as they are in 2-D; else the principal axes, seen in an
+    oblique orthographic view (first axis across, second up, third in depth)."""
     if p.shape[1] <= 2:
         return np.pad(p, ((0, 0), (0, 2 - p.shape[1])))
     c = p - p.mean(0, keepdims=True)
-    if c.shape[0] < 2:
+    if c.shape[0] < 3:
         return c[:, :2]
-    _, _, vt = np.linalg.svd(c, full_matrices=False)
-    return c @ vt[:2].T
+    _, sv, vt = np.linalg.svd(c, full_matrices=False)
+    q = c @ vt[:3].T
+    q *= np.where(q[np.abs(q).argmax(0), range(3)] < 0, -1.0, 1.0)  # deterministic axis signs
+    if sv[2] < 0.05 * sv[0]:
+        return q[:, :2]
+    a, e = np.deg2rad(azimuth), np.deg2rad(elevation)
+    across, up, depth = q[:, 0], q[:, 1], q[:, 2]
+    x = across * np.cos(a) + depth * np.sin(a)
+    toward = -across * np.sin(a) + depth * np.cos(a)
+    y = up * np.cos(e) - toward * np.sin(e)
+    return np.stack([x, y], 1)
 
 
 def _graph_layout(n: int, edges: np.ndarray | None, layers: list[LayerAttention], seed: int) -> np.ndarray:

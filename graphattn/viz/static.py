@@ -2,14 +2,18 @@ r"""Static figures (matplotlib) of an :class:`~graphattn.viz.AttentionView`.
 
 * :func:`draw_attention` — one layer and head drawn in the data's own layout, edges coloured by
   origin (or by weight), opacity and width :math:`\propto |\alpha| / \max |\alpha|` over the drawn
-  edges, arrows towards the target (the query that attends) when few enough to read;
+  edges (fainter and thinner when many), arrows towards the target (the query that attends) when
+  few enough to read. Defaults scale with the view: each target's strongest in-edges
+  (:func:`~graphattn.viz.view.auto_top_k`), at most :data:`~graphattn.viz.view.MAX_DRAWN` edges,
+  node markers sized by node count and spacing, self-loops as node outlines, long sequences flat;
 * :func:`draw_heads` — small multiples: layers × (heads + head mean);
 * :func:`draw_heatmap` — the attention matrix (targets × sources) of one layer and head, the natural
   view of a sequence (tokens on both axes; virtual sources as extra columns);
 * :func:`draw_summary` — per-layer edges per node, density, entropy, and shares of edges and of
   attention mass by origin.
 
-Every function takes the same pruning arguments as :meth:`AttentionView.edges`.
+Every function takes the same pruning arguments as :meth:`AttentionView.edges`. PNGs are written
+at least 1,200 pixels wide (:func:`save_figure`).
 """
 
 from __future__ import annotations
@@ -35,34 +39,37 @@ from matplotlib.patches import FancyArrowPatch
 from matplotlib.path import Path as MPath
 
 from graphattn.origins import origin_code, origin_name
-from graphattn.viz.view import AttentionView, EdgeList
+from graphattn.viz.view import MAX_DRAWN, AttentionView, EdgeList, prune, resolve_top_k
 
-# One colour per origin, shared with the HTML viewer (colour-blind-safe where it matters:
-# input / expander / virtual / sampled are far apart).
+# One colour per origin, shared with the HTML viewer. Okabe–Ito and Paul Tol hues, chosen so
+# that every pair of built-in origins differs clearly (CIE ΔE > 20) and the origins that are drawn
+# together (input / expander / virtual, window / full, knn / full, sampled / support) stay apart for
+# colour-blind readers too. Self-loops are drawn as node outlines, not as edges.
 ORIGIN_COLORS = {
-    "unknown": "#7f7f7f",
-    "input": "#4477aa",
-    "self_loop": "#bbbbbb",
-    "full": "#ee7733",
-    "window": "#228833",
-    "knn": "#aa3377",
-    "random": "#997700",
-    "expander": "#cc3311",
-    "virtual": "#ee3377",
-    "sampled": "#009988",
-    "sorted": "#33bbee",
-    "operator": "#555555",
-    "support": "#0077bb",
-    "exploration": "#ccbb44",
-    "global": "#882255",
+    "unknown": "#7f7f7f",     # grey
+    "input": "#0072b2",       # blue
+    "self_loop": "#222222",   # near black (outline)
+    "full": "#d55e00",        # vermillion
+    "window": "#56b4e9",      # sky blue
+    "knn": "#009e73",         # bluish green
+    "random": "#882255",      # wine
+    "expander": "#e69f00",    # orange
+    "virtual": "#cc79a7",     # reddish purple
+    "sampled": "#332288",     # indigo
+    "sorted": "#999933",      # olive
+    "operator": "#a6761d",    # ochre
+    "support": "#ee6677",     # rose
+    "exploration": "#c0b000",  # mustard
+    "global": "#661100",      # brown
 }
-_EXTRA = ["#66ccee", "#aa4499", "#882255", "#44aa99", "#999933", "#332288", "#dd7788", "#117733"]
+_EXTRA = ["#66ccee", "#aa4499", "#117733", "#ddaa33", "#4477aa", "#bb5566", "#aaaa00", "#004488"]
 
 # CPK-like colours for atoms of molecule views
 ATOM_COLORS = {"C": "#909090", "N": "#3050f8", "O": "#ff0d0d", "S": "#e6c229", "P": "#ff8000",
                "F": "#90e050", "Cl": "#1ff01f", "Br": "#a62929", "I": "#940094", "H": "#dddddd"}
 
-ARROW_LIMIT = 400  # edges drawn as individual arrows; above this, one line collection
+ARROW_LIMIT = 150  # edges drawn as individual arrows; above this, one line collection
+LONG_SEQUENCE = 60  # longer sequences are drawn flat (arcs scaled to the width, no arrows)
 
 
 def origin_color(origin: str | int) -> str:
@@ -96,10 +103,9 @@ def node_categories(view: AttentionView) -> dict[str, Any] | None:
     return {u: cmap(i) for i, u in enumerate(uniq)}
 
 
-def _node_style(view: AttentionView) -> tuple[list[Any], float]:
+def _node_colors(view: AttentionView) -> list[Any]:
     n, V = view.num_nodes, view.num_virtual
     total = n + V
-    size = float(np.clip(2500.0 / max(total, 1), 6.0, 160.0))
     colors: list[Any] = ["#f2f2f2"] * total
     if view.kind == "molecule":
         colors[:n] = [ATOM_COLORS.get(lab, "#c0a0ff") for lab in view.labels[:n]]
@@ -109,28 +115,72 @@ def _node_style(view: AttentionView) -> tuple[list[Any], float]:
             colors[:n] = [cats[lab] for lab in view.labels[:n]]
     for v in range(n, total):
         colors[v] = "#ffe0f0"
-    return colors, size
+    return colors
 
 
-def _draw_nodes(ax: Axes, view: AttentionView, labels: bool | None, size: float | None) -> float:
-    colors, auto = _node_style(view)
-    size = auto if size is None else size
+def _node_style(view: AttentionView) -> tuple[list[Any], float]:
+    """Node colours and the default marker area (pt², for a 9-inch drawing) of the view."""
+    return _node_colors(view), count_node_size(view.num_nodes + view.num_virtual) ** 2
+
+
+def count_node_size(total: int) -> float:
+    """The largest node diameter (points) for a view of ``total`` nodes: 80/√total, within
+    [1.5, 14] (14 pt up to 32 nodes, 5 pt at 256, 2.5 pt at 1,000)."""
+    return float(np.clip(80.0 / np.sqrt(max(total, 1)), 1.5, 14.0))
+
+
+def node_spacing(xy: np.ndarray) -> float:
+    """The median distance from a node to its nearest other node (drawing units; 0 if < 2)."""
+    pts = np.unique(np.asarray(xy, dtype=np.float64), axis=0)
+    if pts.shape[0] < 2:
+        return 0.0
+    from scipy.spatial import cKDTree
+
+    d, _ = cKDTree(pts).query(pts, k=2)
+    return float(np.median(d[:, 1]))
+
+
+def _points_per_unit(ax: Axes, xlim: tuple[float, float], ylim: tuple[float, float], equal: bool) -> float:
+    """Display points per drawing unit along x once the limits (and equal aspect) apply."""
+    w_in, h_in = ax.figure.get_size_inches()
+    box = ax.get_position()
+    sx = box.width * w_in * 72 / max(xlim[1] - xlim[0], 1e-12)
+    sy = box.height * h_in * 72 / max(ylim[1] - ylim[0], 1e-12)
+    return min(sx, sy) if equal else sx
+
+
+def auto_node_size(view: AttentionView, points_per_unit: float) -> float:
+    """Marker area (pt²): the diameter is the smaller of :func:`count_node_size` and 55 % of the
+    typical spacing between nodes (so markers, and the self-loop outlines on them, do not overlap)."""
+    diameter = count_node_size(view.num_nodes + view.num_virtual)
+    spacing = node_spacing(view.pos)
+    if spacing > 0 and points_per_unit > 0:
+        diameter = min(diameter, 0.55 * spacing * points_per_unit)
+    return float(max(diameter, 1.5)) ** 2
+
+
+def _draw_nodes(ax: Axes, view: AttentionView, labels: bool | None, size: float) -> float:
+    colors = _node_colors(view)
     n, total = view.num_nodes, view.num_nodes + view.num_virtual
     xy = view.pos
     kinds = np.zeros(total, dtype=int)  # 0 node, 1 cls, 2 virtual
     kinds[view.is_cls] = 1
     kinds[n:] = 2
     face_alpha = 0.55 if view.background is not None else 1.0
+    lw = 0.5 if size >= 16 else 0.25
     for k, marker in ((0, "o"), (1, "D"), (2, "s")):
         idx = np.nonzero(kinds == k)[0]
         if idx.size:
-            ax.scatter(xy[idx, 0], xy[idx, 1], s=size, marker=marker,
-                       c=[colors[i] for i in idx], edgecolors="#333333", linewidths=0.5,
-                       alpha=face_alpha, zorder=3)
+            ax.scatter(xy[idx, 0], xy[idx, 1], s=size if k == 0 else max(1.6 * size, 12.0), marker=marker,
+                       c=[colors[i] for i in idx], edgecolors="#333333", linewidths=lw,
+                       alpha=face_alpha, zorder=3, gid=("nodes", "cls", "virtual-nodes")[k])
     if view.focus is not None:
         f = view.focus
-        ax.scatter([xy[f, 0]], [xy[f, 1]], s=size * 2.5, marker="o", facecolors="none",
-                   edgecolors="#d62728", linewidths=1.6, zorder=4)
+        ax.scatter([xy[f, 0]], [xy[f, 1]], s=size * 3.2, marker="o", facecolors="none",
+                   edgecolors="#000000", linewidths=1.4, zorder=4, gid="focus")
+        ax.annotate(view.labels[f], xy[f], xytext=(0, 0.75 * np.sqrt(size * 3.2) + 2),
+                    textcoords="offset points", fontsize=8, fontweight="bold", ha="center",
+                    va="bottom", zorder=6, annotation_clip=False, gid="focus-label")
     if labels is None:  # node colours already name the categories: no text unless few nodes
         short = np.mean([len(s) for s in view.labels]) <= 8 if total else True
         labels = (view.kind != "image" and total <= 80 and short
@@ -146,22 +196,40 @@ def _draw_nodes(ax: Axes, view: AttentionView, labels: bool | None, size: float 
 def _edge_rgba(el: EdgeList, color_by: str, wmax: float) -> tuple[np.ndarray, np.ndarray]:
     rel = np.abs(el.weight) / wmax if wmax > 0 else np.zeros(len(el))
     if color_by == "origin":
-        rgba = np.array([to_rgba(origin_color(int(c))) for c in el.origin]).reshape(-1, 4)
+        codes, inv = np.unique(el.origin, return_inverse=True)
+        table = np.array([to_rgba(origin_color(int(c))) for c in codes]).reshape(-1, 4)
+        rgba = table[inv.reshape(-1)] if len(el) else np.zeros((0, 4))
     elif color_by == "weight":
         rgba = plt.get_cmap("viridis")(rel).reshape(-1, 4)
     else:
         raise ValueError(f"'color_by' must be 'origin' or 'weight', got {color_by!r}")
-    rgba[:, 3] = 0.12 + 0.88 * rel
+    rgba = np.array(rgba, dtype=np.float64)
+    # fainter when many edges overlap: full opacity up to 100 edges, down to 0.3 at 1,100 and more
+    rgba[:, 3] = (0.12 + 0.88 * rel) * float(np.clip(np.sqrt(100.0 / max(len(el), 1)), 0.3, 1.0))
     return rgba, rel
 
 
 def _auto_prune(view: AttentionView, el: EdgeList, max_edges: int | None) -> tuple[EdgeList, str]:
+    """Over ``max_edges`` edges: each target keeps its ``max_edges // n`` strongest, then the
+    strongest ``max_edges`` overall."""
     if max_edges is None or len(el) <= max_edges:
         return el, ""
-    from graphattn.viz.view import prune
+    from graphattn.viz.view import prune, strongest
 
-    k = max(1, max_edges // max(view.num_nodes, 1))
-    return prune(el, top_k=k), f", drawn: top-{k} per target"
+    k = max_edges // max(view.num_nodes, 1)
+    if k >= 1:
+        el = prune(el, top_k=k)
+        note = f", drawn: top-{k} per target"
+        if len(el) <= max_edges:
+            return el, note
+    return strongest(el, max_edges), f", drawn: the {max_edges} strongest"
+
+
+def _graph_figsize(view: AttentionView) -> tuple[float, float]:
+    n = view.num_nodes + view.num_virtual
+    if view.kind == "sequence" and view.focus is None:
+        return (min(max(8.5, 0.3 * n), 18.0), 6.0 if n > LONG_SEQUENCE else 4.5)
+    return (9.0, 8.0)
 
 
 def draw_attention(
@@ -169,7 +237,7 @@ def draw_attention(
     layer: int | str = -1,
     head: int | None = None,
     *,
-    top_k: int | None = None,
+    top_k: int | str | None = "auto",
     threshold: float = 0.0,
     origins: Sequence[str] | None = None,
     color_by: str = "origin",
@@ -177,7 +245,7 @@ def draw_attention(
     labels: bool | None = None,
     node_size: float | None = None,
     arrows: bool | None = None,
-    max_edges: int | None = 20_000,
+    max_edges: int | None = MAX_DRAWN,
     show_input: bool = False,
     legend: bool = True,
     title: str | None = None,
@@ -185,47 +253,84 @@ def draw_attention(
     """Draws the edges of ``layer``/``head`` (``head=None``: mean over heads) on the view's layout.
 
     Args:
-        top_k, threshold, origins: pruning, as :meth:`AttentionView.edges`.
+        top_k: each target's ``k`` strongest in-edges; ``"auto"`` (default) picks ``k`` by the
+            view's node count (:func:`~graphattn.viz.view.auto_top_k`: all edges up to 24 nodes,
+            3 up to 80, 2 up to 200, else 1); ``None`` or ``0`` draws every edge.
+        threshold, origins: pruning, as :meth:`AttentionView.edges`.
         color_by: ``"origin"`` (producer of each edge) or ``"weight"`` (viridis).
         labels: draw node labels (default: when at most 80 nodes and not an image).
-        arrows: arrows towards each target (default: when at most 400 edges are drawn).
+        node_size: marker area in pt² (default: by node count and spacing, :func:`auto_node_size`).
+        arrows: arrows towards each target (default: when at most 150 edges are drawn and the
+            drawing is not a long sequence).
         max_edges: if more edges remain after pruning, each target keeps its strongest
-            ``max_edges // n`` (said in the title).
+            ``max_edges // n``, then the strongest ``max_edges`` stay (said in the title).
         show_input: draw the data's own edges faintly underneath.
+
+    Self-loops (a node attending to itself) are drawn as the node's outline, coloured by origin,
+    thicker and more opaque with the weight.
     """
     if ax is None:
-        n = view.num_nodes + view.num_virtual
-        wide = view.kind == "sequence" and view.focus is None
-        _, ax = plt.subplots(figsize=(min(max(6.0, 0.3 * n), 18.0), 4.5) if wide else (6, 6))
+        _, ax = plt.subplots(figsize=_graph_figsize(view))
     lay = view.layer(layer)
-    el = view.edges(layer, head, top_k=top_k, threshold=threshold, origins=origins)
+    k = resolve_top_k(top_k, view.num_nodes)
+    el = view.edges(layer, head, threshold=threshold, origins=origins)
     total = len(el)
+    if k is not None:
+        el = prune(el, top_k=k)
     el, note = _auto_prune(view, el, max_edges)
+    if k is not None and len(el) < total and not note:
+        note = f", top-{k} in-edges per node"
     order = np.argsort(np.abs(el.weight), kind="stable")  # strongest on top
     el = el.select(order)
     wmax = float(np.abs(el.weight).max()) if len(el) else 0.0
     rgba, rel = _edge_rgba(el, color_by, wmax)
-    widths = 0.25 + 2.5 * rel
+    thin = float(np.clip(np.sqrt(60.0 / max(len(el), 1)), 0.3, 1.0))  # thinner lines when many
+    widths = (0.3 + 2.2 * rel) * thin
     xy = view.pos
+    seq = view.kind == "sequence" and view.focus is None
+    flat = seq and view.num_nodes > LONG_SEQUENCE  # long sequence: arcs flattened to fit the width
+
+    loop = el.src == el.dst
+    rest = np.nonzero(~loop)[0]
+    arc = seq & (el.src[rest] < view.num_nodes)
+    if arrows is None:
+        arrows = rest.size <= ARROW_LIMIT and not flat
+
+    # limits first: node sizes depend on the drawing scale
+    xlim = ylim = (0.0, 1.0)
+    if xy.size:
+        lo, hi = xy.min(0), xy.max(0)
+        pad = 0.06 * max(float((hi - lo).max()), 1.0)
+        ylo, yhi = lo[1] - pad, hi[1] + pad
+        if seq:  # room for the highest drawn arc (half its span), at least one token step
+            arcs = rest[arc]
+            reach = 0.5 * float(np.abs(xy[el.src[arcs], 0] - xy[el.dst[arcs], 0]).max()) if arcs.size else 0
+            half = max(reach, 1.0) + 0.5
+            ylo, yhi = min(ylo, -half), max(yhi, half)
+            if view.num_virtual == 0:
+                ylo = -half
+        xlim, ylim = (lo[0] - pad, hi[0] + pad), (ylo, yhi)
+        ax.set_xlim(*xlim)
+        ax.set_ylim(*ylim)
+    ax.set_aspect("auto" if flat else "equal")  # arcs (display space when drawn as arrows) keep their shape
+    size = node_size if node_size is not None else auto_node_size(
+        view, _points_per_unit(ax, xlim, ylim, equal=not flat))
 
     if view.background is not None:
         img, extent = view.background
         ax.imshow(img, cmap="gray_r", extent=extent, origin="upper", alpha=0.85, zorder=0,
                   interpolation="nearest")
+        ax.set_xlim(*xlim)
+        ax.set_ylim(*ylim)
     if show_input and view.input_edges is not None and view.input_edges.size:
         segs = np.stack([xy[view.input_edges[0]], xy[view.input_edges[1]]], 1)
         ax.add_collection(LineCollection(segs, colors="#000000", linewidths=0.4, alpha=0.15, zorder=1))
 
-    size = _draw_nodes(ax, view, labels, node_size)
-    loop = el.src == el.dst
-    if loop.any():
-        ax.scatter(xy[el.dst[loop], 0], xy[el.dst[loop], 1], s=size * 2.2, marker="o", facecolors="none",
-                   edgecolors=rgba[loop], linewidths=widths[loop], zorder=2, gid="edge-loops")
-    rest = np.nonzero(~loop)[0]
-    seq = view.kind == "sequence" and view.focus is None
-    arc = seq & (el.src[rest] < view.num_nodes)
-    if arrows is None:
-        arrows = rest.size <= ARROW_LIMIT
+    _draw_nodes(ax, view, labels, size)
+    if loop.any():  # self-loops: the node's outline, by origin colour and weight
+        ax.scatter(xy[el.dst[loop], 0], xy[el.dst[loop], 1], s=size, marker="o", facecolors="none",
+                   edgecolors=rgba[loop], linewidths=0.5 + 1.5 * rel[loop] * min(1.0, np.sqrt(size) / 6),
+                   zorder=3.5, gid="edge-loops")
     if arrows:
         shrink = float(np.sqrt(size)) / 2 + 1
         for e, is_arc in zip(rest.tolist(), arc.tolist(), strict=True):
@@ -245,41 +350,33 @@ def draw_attention(
                                              zorder=2, gid="edge-lines"))
         curved = rest[arc]
         if curved.size:
-            paths = []
-            for e in curved.tolist():
-                (x0, y0), (x1, y1) = xy[el.src[e]], xy[el.dst[e]]
-                ctrl = ((x0 + x1) / 2, (y0 + y1) / 2 + (x1 - x0))  # as arc3 with rad = -1
-                paths.append(MPath([(x0, y0), ctrl, (x1, y1)], [MPath.MOVETO, MPath.CURVE3, MPath.CURVE3]))
+            codes = [MPath.MOVETO, MPath.CURVE3, MPath.CURVE3]
+            p0, p1 = xy[el.src[curved]], xy[el.dst[curved]]
+            ctrl = np.stack([(p0[:, 0] + p1[:, 0]) / 2, (p0[:, 1] + p1[:, 1]) / 2 + (p1[:, 0] - p0[:, 0])], 1)
+            verts = np.stack([p0, ctrl, p1], 1)  # as arc3 with rad = -1
+            paths = [MPath(v, codes) for v in verts]
             ax.add_collection(PathCollection(paths, facecolors="none", edgecolors=rgba[curved],
                                              linewidths=widths[curved], zorder=2, gid="edge-arcs"))
-    if xy.size:
-        lo, hi = xy.min(0), xy.max(0)
-        pad = 0.06 * max(float((hi - lo).max()), 1.0)
-        ylo, yhi = lo[1] - pad, hi[1] + pad
-        if seq:  # room for the highest drawn arc (half its span), at least one token step
-            arcs = rest[arc]
-            reach = 0.5 * float(np.abs(xy[el.src[arcs], 0] - xy[el.dst[arcs], 0]).max()) if arcs.size else 0
-            half = max(reach, 1.0) + 0.5
-            ylo, yhi = min(ylo, -half), max(yhi, half)
-            if view.num_virtual == 0:
-                ylo = -half
-        ax.set_xlim(lo[0] - pad, hi[0] + pad)
-        ax.set_ylim(ylo, yhi)
-    ax.set_aspect("equal")  # arcs (display space when drawn as arrows) keep their shape
     ax.set_xticks([])
     ax.set_yticks([])
     for side in ax.spines.values():
         side.set_visible(False)
+    if flat:
+        ax.axhline(0.0, color="#999999", lw=0.4, zorder=1)
     if title is None:
         title = f"{short_layer_name(lay.name)} · {_head_label(head)}\n{len(el)} of {total} edges{note}"
     ax.set_title(title, fontsize=9)
     if legend and color_by == "origin" and len(el):
-        codes, counts = np.unique(el.origin, return_counts=True)
+        codes_, counts = np.unique(el.origin, return_counts=True)
         handles = [Line2D([0], [0], color=origin_color(int(c)), lw=2,
-                          label=f"{origin_name(int(c))} ({int(k)})")
-                   for c, k in zip(codes, counts, strict=True)]
-        ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0),
-                  frameon=False, title="edge origin", title_fontsize=7)
+                          label=f"{origin_name(int(c))} ({int(k_)})")
+                   for c, k_ in zip(codes_, counts, strict=True)]
+        if loop.any():
+            handles.append(Line2D([0], [0], marker="o", lw=0, markerfacecolor="none",
+                                  markeredgecolor="#333333", markeredgewidth=1.5,
+                                  label=f"outline: self-loop ({int(loop.sum())})"))
+        ax.legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0),
+                  frameon=False, title="edge origin", title_fontsize=8)
     elif color_by == "weight" and len(el):
         sm = plt.cm.ScalarMappable(cmap="viridis", norm=plt.Normalize(0, wmax))
         ax.figure.colorbar(sm, ax=ax, fraction=0.04, label="|α|")
@@ -287,17 +384,19 @@ def draw_attention(
     if legend and cats is not None:
         handles = [Line2D([0], [0], marker="o", lw=0, markerfacecolor=c, markeredgecolor="#333333",
                           label=name) for name, c in cats.items()]
-        cat_legend = Legend(ax, handles, [h.get_label() for h in handles], fontsize=7, loc="lower left",
-                            bbox_to_anchor=(1.0, 0.0), frameon=False, title="node label", title_fontsize=7)
+        cat_legend = Legend(ax, handles, [h.get_label() for h in handles], fontsize=8, loc="lower left",
+                            bbox_to_anchor=(1.0, 0.0), frameon=False, title="node label", title_fontsize=8)
         ax.add_artist(cat_legend)
+        cat_legend.set_clip_on(False)  # outside the axes: unclipped, so tight bounding boxes keep it
     return ax
 
 
 def draw_heads(view: AttentionView, layers: Sequence[int | str] | None = None, *,
-               include_mean: bool = True, top_k: int | None = None, threshold: float = 0.0,
+               include_mean: bool = True, top_k: int | str | None = "auto", threshold: float = 0.0,
                origins: Sequence[str] | None = None, color_by: str = "origin",
-               panel_size: float = 2.6, **kwargs: Any) -> Figure:
-    """Small multiples: one row per layer, one panel per head (and the head mean)."""
+               panel_size: float = 3.2, **kwargs: Any) -> Figure:
+    """Small multiples: one row per layer, one panel per head (and the head mean); ``top_k`` as
+    :func:`draw_attention`."""
     chosen = list(range(view.num_layers)) if layers is None else list(layers)
     if not chosen:
         raise ValueError("the view has no layer to draw")
@@ -315,7 +414,8 @@ def draw_heads(view: AttentionView, layers: Sequence[int | str] | None = None, *
                 ax.axis("off")
                 continue
             el = view.edges(lay, heads[c], top_k=top_k, threshold=threshold, origins=origins)
-            opts = {"arrows": len(el) <= 120, "legend": False, "labels": False, **kwargs}
+            long_seq = view.kind == "sequence" and view.focus is None and view.num_nodes > LONG_SEQUENCE
+            opts = {"arrows": len(el) <= 120 and not long_seq, "legend": False, "labels": False, **kwargs}
             draw_attention(view, lay, heads[c], top_k=top_k, threshold=threshold, origins=origins,
                            color_by=color_by, ax=ax, **opts)
             ax.set_title(f"{short_layer_name(L.name)}\n{_head_label(heads[c])} ({len(el)} edges)", fontsize=7)
@@ -348,14 +448,21 @@ def draw_heatmap(view: AttentionView, layer: int | str = -1, head: int | None = 
                  top_k: int | None = None, threshold: float = 0.0, ax: Axes | None = None,
                  gamma: float = 0.5, max_ticks: int = 64) -> Axes:
     """The attention matrix: row ``i`` = target (query), column ``j`` = source (key), colour
-    :math:`|\\alpha_{ij}|` on a power scale (``gamma``); token labels on the axes when short."""
+    :math:`|\\alpha_{ij}|` on a power scale (``gamma``) from the weakest to the strongest drawn
+    edge (pairs without an edge stay white); token labels on the axes when short."""
     if ax is None:
-        _, ax = plt.subplots(figsize=(6, 5.5))
+        _, ax = plt.subplots(figsize=(8.5, 7.5))
     lay = view.layer(layer)
     M = np.abs(attention_matrix(view, layer, head, top_k=top_k, threshold=threshold))
-    vmax = float(M.max()) if M.size and M.max() > 0 else 1.0
-    im = ax.imshow(M, cmap="magma_r", norm=PowerNorm(gamma, vmin=0, vmax=vmax), aspect="auto",
-                   interpolation="nearest")
+    el = view.edges(layer, head, top_k=top_k, threshold=threshold)
+    present = np.zeros(M.shape, dtype=bool)
+    present[el.dst, el.src] = True
+    vals = M[present]
+    vmax = float(vals.max()) if vals.size and vals.max() > 0 else 1.0
+    vmin = float(vals.min()) if vals.size and vals.min() < vmax else 0.0
+    cmap = plt.get_cmap("magma_r").with_extremes(bad="white")
+    im = ax.imshow(np.ma.masked_array(M, ~present), cmap=cmap,
+                   norm=PowerNorm(gamma, vmin=vmin, vmax=vmax), aspect="auto", interpolation="nearest")
     n, V = view.num_nodes, view.num_virtual
     if V:
         ax.axvline(n - 0.5, color="#1f77b4", lw=0.8)
@@ -368,7 +475,7 @@ def draw_heatmap(view: AttentionView, layer: int | str = -1, head: int | None = 
     ax.set_ylabel("target i (query)")
     thinned = " (thinned view)" if lay.pruned_from else ""
     ax.set_title(f"{short_layer_name(lay.name)} · {_head_label(head)}{thinned}", fontsize=9)
-    ax.figure.colorbar(im, ax=ax, fraction=0.046, label="|α|")
+    ax.figure.colorbar(im, ax=ax, fraction=0.046, label="|α| (white: no edge)")
     return ax
 
 
@@ -415,10 +522,14 @@ def draw_summary(view: AttentionView) -> Figure:
     return fig
 
 
-def save_figure(fig: Figure, path: str | Path, dpi: int = 150) -> Path:
-    """Saves ``fig`` (format from the suffix: png, pdf, svg) and closes it."""
+def save_figure(fig: Figure, path: str | Path, dpi: int = 150, min_width: int = 1200) -> Path:
+    """Saves ``fig`` (format from the suffix: png, pdf, svg) and closes it; a raster image gets at
+    least ``min_width`` pixels across (the resolution is raised if ``dpi`` gives fewer)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    if min_width and path.suffix.lower() not in (".pdf", ".svg"):
+        width = fig.get_tightbbox(fig.canvas.get_renderer()).width + 0.2  # inches, with the 0.1" pad
+        dpi = max(dpi, int(np.ceil(1.03 * min_width / max(width, 1e-3))))  # 3 % for text extents
     fig.savefig(path, dpi=dpi, bbox_inches="tight")
     plt.close(fig)
     return path

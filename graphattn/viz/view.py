@@ -32,7 +32,7 @@ import torch
 from torch import Tensor
 
 from graphattn.origins import origin_name
-from graphattn.trace import AttentionTrace, TraceRecord
+from graphattn.tracing import AttentionTrace, TraceRecord
 
 KINDS = ("graph", "molecule", "sequence", "image", "points")
 
@@ -104,6 +104,40 @@ class LayerAttention:
         order = np.argsort(first, kind="stable")  # keep the trace's order of first occurrence
         first = first[order]
         return EdgeList(self.src[first], self.dst[first], (w[order] / self.num_heads), self.origin[first])
+
+
+# Size-based defaults shared by the static figures and the HTML viewer: each target keeps its
+# ``auto_top_k(n)`` strongest in-edges, and no figure draws more than ``MAX_DRAWN`` edges.
+AUTO_TOP_K = ((24, None), (80, 3), (200, 2))  # (at most this many real nodes, k); larger: k = 1
+MAX_DRAWN = 1500
+
+
+def auto_top_k(num_nodes: int) -> int | None:
+    """The default number of in-edges drawn per target for a view of ``num_nodes`` real nodes:
+    every edge up to 24 nodes, 3 up to 80, 2 up to 200, else 1 (``None`` = all)."""
+    for limit, k in AUTO_TOP_K:
+        if num_nodes <= limit:
+            return k
+    return 1
+
+
+def resolve_top_k(top_k: int | str | None, num_nodes: int) -> int | None:
+    """``"auto"`` → :func:`auto_top_k`; ``None`` or ``0`` → every edge; else ``top_k``."""
+    if isinstance(top_k, str):
+        if top_k != "auto":
+            raise ValueError(f"'top_k' must be a positive int, 0/None (all) or 'auto', got {top_k!r}")
+        return auto_top_k(num_nodes)
+    if top_k is None or (not isinstance(top_k, bool) and int(top_k) == 0):
+        return None
+    return top_k
+
+
+def strongest(edges: EdgeList, max_edges: int | None) -> EdgeList:
+    """At most ``max_edges`` edges: the strongest by :math:`|w|` (stable ties), in their order."""
+    if max_edges is None or len(edges) <= max_edges:
+        return edges
+    keep = np.sort(np.argsort(-np.abs(edges.weight), kind="stable")[:max_edges])
+    return edges.select(keep)
 
 
 def prune(edges: EdgeList, top_k: int | None = None, threshold: float = 0.0) -> EdgeList:
@@ -189,10 +223,12 @@ class AttentionView:
             raise ValueError(f"'layer' must lie in [-{len(self.layers)}, {len(self.layers)}), got {layer}")
         return self.layers[int(layer)]
 
-    def edges(self, layer: int | str = -1, head: int | None = None, *, top_k: int | None = None,
+    def edges(self, layer: int | str = -1, head: int | None = None, *, top_k: int | str | None = None,
               threshold: float = 0.0, origins: Sequence[str] | None = None) -> EdgeList:
         """The edges of ``layer`` in ``head`` (``None`` = mean over heads), optionally restricted to
-        some ``origins`` (names) and pruned (:func:`prune`)."""
+        some ``origins`` (names) and pruned (:func:`prune`; ``top_k="auto"``: :func:`auto_top_k` of
+        the view's node count, ``None`` or ``0``: every edge)."""
+        top_k = resolve_top_k(top_k, self.num_nodes)
         el = self.layer(layer).edges(head)
         if origins is not None:
             wanted = set(origins)
@@ -528,13 +564,19 @@ def thin_layer(lay: LayerAttention, max_edges: int, n: int) -> tuple[LayerAttent
 
 def trace_sample(model: torch.nn.Module, data: Any, **forward_kwargs: Any) -> AttentionTrace:
     """Runs ``model(data)`` in eval mode without gradients and returns its trace."""
-    from graphattn.trace import trace
+    return trace_and_predict(model, data, **forward_kwargs)[0]
+
+
+def trace_and_predict(model: torch.nn.Module, data: Any,
+                      **forward_kwargs: Any) -> tuple[AttentionTrace, Any]:
+    """As :func:`trace_sample`, and also returns the model's output (for the prediction)."""
+    from graphattn.tracing import trace
 
     was_training = model.training
     model.eval()
     try:
         with torch.no_grad(), trace(model) as t:
-            model(data, **forward_kwargs)
+            out = model(data, **forward_kwargs)
     finally:
         model.train(was_training)
-    return t
+    return t, out

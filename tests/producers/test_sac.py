@@ -618,6 +618,33 @@ def test_shared_structure_across_layers():
     assert torch.equal(again.edge_index, first.edge_index) and again.stats["shared"] == 1
 
 
+def test_shared_spec_reads_the_raw_features_without_a_node_encoder():
+    """A shared SAC built from a spec serves the first layer, which reads the raw features when
+    there is no node encoder (the citation configs): warm start, then predicted edges."""
+    batch = make_batch([6, 5], channels=13, dtype=torch.float32)
+    spec = {"name": "sac", "alpha": 1, "all_nodes": True, "warm_start": 1, "shared": True}
+    model = GraphTransformer(8, 3, num_layers=2, producer=spec, heads=HEADS, task="graph",
+                             node_encoder=None, head_layers=0)
+    model.train()
+    for _ in range(3):  # warm start, then two steps with predicted edges
+        model(batch)
+    assert model.layers[0].producer.node_proj.in_channels == 13
+    assert "warm_start" not in model.edge_sets()[0].stats
+    # "shared": false builds one producer per layer (it is not passed to the producer)
+    own = GraphTransformer(8, 3, num_layers=2, producer={**spec, "shared": False}, heads=HEADS,
+                           task="graph")
+    assert own.layers[0].producer is not own.layers[1].producer
+    with pytest.raises(ValueError, match="'shared' must be true or false"):
+        GraphTransformer(8, 3, num_layers=2, producer={**spec, "shared": "yes"}, heads=HEADS)
+
+
+def test_a_layer_of_another_width_is_a_clear_error():
+    batch = make_batch([6, 5], channels=13, dtype=torch.float32)
+    p = sac(alpha=1, channels=8)
+    with pytest.raises(ValueError, match="built for inputs of width 8"):
+        p(batch.x, batch.batch, data=batch, num_heads=HEADS)
+
+
 def test_union_input_and_self_loops_deviations():
     batch = make_batch([5, 4])
     es = produce(sac(alpha=1, union_input=True, self_loops=True), batch)

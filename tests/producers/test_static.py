@@ -269,3 +269,20 @@ def test_registry_and_errors():
         KNNEdges(2)(torch.randn(3, 2))
     with pytest.raises(ValueError, match="sorted"):
         FullAttention()(torch.randn(3, 2), torch.tensor([1, 0, 1]))
+
+
+def test_virtual_nodes_size_themselves_lazily():
+    """``channels=-1``: a first layer that reads the raw features (no node encoder) gets virtual
+    nodes of that width, learned like any parameter."""
+    from graphattn.producers.virtual import VirtualNodes
+
+    p = VirtualNodes(-1, num_virtual=2)
+    x = torch.randn(7, 13)
+    batch = torch.tensor([0, 0, 0, 1, 1, 1, 1])
+    es = p(x, batch, num_heads=2)
+    assert p.channels == 13 and p.embedding.shape == (2, 13)
+    assert es.virtual_x.shape == (4, 13)
+    with pytest.raises(ValueError, match="got x of width 5"):
+        p(torch.randn(7, 5), batch, num_heads=2)
+    with pytest.raises(ValueError, match="'channels' must be a positive int or -1"):
+        VirtualNodes(0)

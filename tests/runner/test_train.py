@@ -38,7 +38,7 @@ def test_run_writes_results_and_aggregates_seeds(mirror, tmp_path):
     assert "±" in (out / "summary.md").read_text() and "±" in s["test"]
     # the selected model is the best-validation epoch's, and restore() brings it back
     model, task = restore(out, seed=1)
-    ck = torch.load(out / "seed1" / "best.pt", weights_only=False)
+    ck = torch.load(out / "seed1" / "best.pt", weights_only=True)
     assert ck["best"]["val"] == lines[1]["val"]
     trainer = Trainer(resolve_config({**SMALL, "seeds": [1]}), task, 1, None)
     trainer.model.load_state_dict(model.state_dict())
@@ -58,7 +58,7 @@ def test_node_task_and_cli(mirror, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("flag,expected", [([], True), (["--no-progress"], False)])
-def test_progress_setting_reaches_the_data_set_build(flag, expected, monkeypatch):
+def test_progress_setting_reaches_the_data_set_build(flag, expected, monkeypatch, tmp_path):
     """``--no-progress`` also silences the data set's build (Peptides' SMILES conversion bar)."""
     from graphattn.runner import train as train_module
 
@@ -73,7 +73,8 @@ def test_progress_setting_reaches_the_data_set_build(flag, expected, monkeypatch
 
     monkeypatch.setattr(train_module, "build_task", fake_build_task)
     with pytest.raises(Stop):
-        cli_main(["run", "--task", "peptides-func", "--epochs", "1", *flag])
+        cli_main(["run", "--debug", "--task", "peptides-func", "--epochs", "1", "--out",
+                  str(tmp_path / "run"), *flag])
     assert seen["progress"] is expected
 
 
@@ -95,14 +96,14 @@ def test_resume_after_sigkill_matches_uninterrupted_run(mirror, tmp_path):
     last = killed / "seed0" / "last.pt"
     deadline = time.time() + 600
     while time.time() < deadline:
-        if last.exists() and torch.load(last, weights_only=False)["epoch"] >= 3:
+        if last.exists() and torch.load(last, weights_only=True)["epoch"] >= 3:
             break
         if p.poll() is not None:
             pytest.fail(f"run ended before it could be killed: {p.stderr.read().decode()[-2000:]}")
         time.sleep(0.05)
     p.send_signal(signal.SIGKILL)
     p.wait()
-    interrupted_at = torch.load(last, weights_only=False)["epoch"]
+    interrupted_at = torch.load(last, weights_only=True)["epoch"]
     assert 3 <= interrupted_at < 12
     assert _run_cli([*args, "--out", str(killed), "--resume"]).wait(timeout=600) == 0
 
@@ -110,8 +111,8 @@ def test_resume_after_sigkill_matches_uninterrupted_run(mirror, tmp_path):
     b = json.loads((killed / "results.jsonl").read_text())
     for key in ("best_epoch", "val", "test", "epochs_run"):
         assert a[key] == b[key], key
-    sa = torch.load(full / "seed0" / "last.pt", weights_only=False)["model"]
-    sb = torch.load(killed / "seed0" / "last.pt", weights_only=False)["model"]
+    sa = torch.load(full / "seed0" / "last.pt", weights_only=True)["model"]
+    sb = torch.load(killed / "seed0" / "last.pt", weights_only=True)["model"]
     assert all(torch.equal(sa[k], sb[k]) for k in sa)
 
 
@@ -163,3 +164,45 @@ def test_config_file(tmp_path):
     cfg = resolve_config(load_config_file(f))
     assert cfg["epochs"] == 2 and cfg["producer"] == {"name": "knn", "k": 3}
     assert Path(f).exists()
+
+
+class _Payload:
+    """An object whose unpickling would create a file: a checkpoint must never run it."""
+
+    def __init__(self, path):
+        self.path = str(path)
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+
+def test_a_malicious_checkpoint_runs_no_code(mirror, tmp_path):
+    from graphattn.runner.checkpoint import load_checkpoint
+
+    out = tmp_path / "run"
+    run_experiment({**SMALL, "epochs": 1, "seeds": [0], "out": str(out)})
+    last = out / "seed0" / "last.pt"
+    ck = load_checkpoint(last)  # the runner's own checkpoints hold only safe types
+    marker = tmp_path / "pwned"
+    ck["history"].append(_Payload(marker))
+    torch.save(ck, last)
+    torch.save({**ck, "extra": _Payload(marker)}, out / "seed0" / "best.pt")
+    with pytest.raises(ValueError, match="never need code to load"):
+        run_experiment({**SMALL, "epochs": 2, "seeds": [0], "out": str(out), "resume": True})
+    with pytest.raises(ValueError, match="never need code to load"):
+        restore(out, seed=0)
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("damage", ["truncated", "empty", "random"])
+def test_a_damaged_checkpoint_names_the_file(mirror, tmp_path, damage):
+    from graphattn.runner.checkpoint import load_checkpoint
+
+    out = tmp_path / "run"
+    run_experiment({**SMALL, "epochs": 1, "seeds": [0], "out": str(out)})
+    last = out / "seed0" / "last.pt"
+    data = last.read_bytes()
+    last.write_bytes({"truncated": data[: len(data) // 2], "empty": b"",
+                      "random": os.urandom(4096)}[damage])
+    with pytest.raises(ValueError, match=str(last)):
+        load_checkpoint(last)

@@ -20,7 +20,7 @@ import graphattn as ga
 from graphattn.edgeset import EdgeSet
 from graphattn.origins import origin_code
 from graphattn.producers.base import EdgeProducer, ProducerContext
-from graphattn.trace import AttentionTrace
+from graphattn.tracing import AttentionTrace
 from graphattn.viz import trace_sample
 
 PEPTIDE = "CC(C)C[C@H](NC(=O)[C@@H](N)Cc1ccccc1)C(=O)N[C@@H](CO)C(=O)O"  # Phe-Leu-Ser

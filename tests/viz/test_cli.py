@@ -57,7 +57,7 @@ def test_cli_html_and_png(fake_runner, tmp_path, capsys):
     out = tmp_path / "pep.html"
     assert main(["viz", str(run), "--sample", "0", "--out", str(out), "--seed", "1"]) == 0
     page = out.read_text()
-    assert "pep · peptides-func · test sample 0 · union(input+expander+virtual), per_head_random" in page
+    assert "pep · peptides-func · test sample 0\nunion(input+expander+virtual), per_head_random" in page
     assert fake_runner[-1][:3] == (str(run), 1, "cpu")
     text = capsys.readouterr().out
     assert "layers.0.attn" in text and "expander" in text and f"wrote {out}" in text

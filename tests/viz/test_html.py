@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from graphattn.viz import build_view, render_html, write_html
+from graphattn.viz import auto_top_k, build_view, render_html, write_html
 from graphattn.viz.html import json_for_script, view_payload
 from tests.viz.samples import (
     expected_count,
@@ -87,8 +87,9 @@ def test_payload_matches_view(views):
         width = 1 if lay.head is not None else lay.num_heads
         assert len(pl["alpha"]) == lay.num_edges * width
     assert {o["name"] for o in p["origins"].values()} == {"input", "expander", "virtual", "sampled"}
-    assert p["defaultTopK"] == 0
-    big = view_payload(view, max_drawn=10)
+    assert p["defaultTopK"] == auto_top_k(view.num_nodes) == 3  # a 25-atom peptide
+    assert view_payload(view, top_k=None)["defaultTopK"] == 0
+    big = view_payload(view, top_k=None, max_drawn=10)
     assert big["defaultTopK"] >= 1 and any("top-" in n for n in big["notes"])
     small = view_payload(view, max_edges=40)  # the page thins its own copy of a large layer
     assert small["layers"][0]["prunedFrom"] == [view.layers[0].num_edges] * 2
@@ -148,7 +149,8 @@ def browser():
 @pytest.fixture(scope="module")
 def pages(views, tmp_path_factory):
     root = tmp_path_factory.mktemp("pages")
-    return {name: write_html(view, root / f"{name}.html") for name, (_, view) in views.items()}
+    # every edge at first (top_k=None), so the tests below can count the traced edges
+    return {name: write_html(view, root / f"{name}.html", top_k=None) for name, (_, view) in views.items()}
 
 
 def open_page(browser, path: Path) -> list[dict]:
@@ -254,6 +256,16 @@ def test_top_k_and_origin_toggle(browser, pages, views):
     box.clear()
     box.send_keys("1", Keys.TAB)
     assert drawn(browser) == len(view.edges(0, 0, top_k=1)) == len(set(view.edges(0, 0).dst.tolist()))
+    assert errors(browser.get_log("browser")) == []
+
+
+def test_page_opens_at_the_automatic_top_k(browser, views, tmp_path):
+    _, view = views["graph"]  # a 25-atom peptide: 3 in-edges per target at first
+    open_page(browser, write_html(view, tmp_path / "auto.html"))
+    k = auto_top_k(view.num_nodes)
+    assert browser.find_element("id", "topk").get_attribute("value") == str(k) == "3"
+    assert drawn(browser) == len(view.edges(-1, None, top_k=k)) < len(view.edges(-1, None))
+    assert int(browser.find_element("id", "count").get_attribute("data-total")) == len(view.edges(-1, None))
     assert errors(browser.get_log("browser")) == []
 
 

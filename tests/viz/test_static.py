@@ -53,10 +53,10 @@ def _png(path) -> None:
 @pytest.mark.parametrize("head", [None, 0, 1])
 def test_graph_figure_draws_every_edge(view, head):
     for layer in range(view.num_layers):
-        ax = draw_attention(view, layer, head, arrows=False)
+        ax = draw_attention(view, layer, head, arrows=False, top_k=None)
         assert drawn_edges(ax) == len(view.edges(layer, head))
         plt.close(ax.figure)
-    ax = draw_attention(view, 0, head, arrows=True)
+    ax = draw_attention(view, 0, head, arrows=True, top_k=0)
     assert drawn_edges(ax) == len(view.edges(0, head))
     plt.close(ax.figure)
 
@@ -74,7 +74,7 @@ def test_pruned_figure(view):
 
 
 def test_origin_colours_and_legend(view):
-    ax = draw_attention(view, 0, None, arrows=True, color_by="origin")
+    ax = draw_attention(view, 0, None, arrows=True, color_by="origin", top_k=None)
     el = view.edges(0, None)
     legends = {leg.get_title().get_text(): [t.get_text() for t in leg.get_texts()]
                for leg in ax.get_children() if isinstance(leg, Legend)}
@@ -82,7 +82,9 @@ def test_origin_colours_and_legend(view):
     from graphattn.origins import origin_name
 
     codes, counts = np.unique(el.origin, return_counts=True)
-    assert legend == [f"{origin_name(int(c))} ({int(k)})" for c, k in zip(codes, counts, strict=True)]
+    loops = int((el.src == el.dst).sum())
+    assert legend == [f"{origin_name(int(c))} ({int(k)})" for c, k in zip(codes, counts, strict=True)] + (
+        [f"outline: self-loop ({loops})"] if loops else [])
     if view.kind == "graph":  # a node task: node colours name the classes
         assert legends["node label"] == sorted(set(view.labels[: view.num_nodes]))
     colours = {tuple(np.round(p.get_edgecolor()[:3], 3)) for p in ax.patches
@@ -100,7 +102,7 @@ def test_origin_colours_and_legend(view):
 
 def test_labels_drawn_as_given(view):
     ax = draw_attention(view, 0, 0, labels=True)
-    texts = [a.get_text() for a in ax.texts if isinstance(a, Annotation)]
+    texts = [a.get_text() for a in ax.texts if isinstance(a, Annotation) and a.get_gid() != "focus-label"]
     assert texts == view.labels
     plt.close(ax.figure)
 

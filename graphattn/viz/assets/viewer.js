@@ -43,6 +43,7 @@
   var R = (function () { // node radius: a third of the typical spacing
     if (D.kind === "sequence") return 0.32;
     if (D.kind === "image") return 0.22;
+    if (D.nodeRadius > 0) return D.nodeRadius; // by node count and spacing (graphattn.viz.html.node_radius)
     var area = Math.max((bbox.x1 - bbox.x0) * (bbox.y1 - bbox.y0), span * span * 0.05);
     return Math.max(0.2 * Math.sqrt(area / Math.max(N, 1)), span * 0.004);
   })();
@@ -181,7 +182,7 @@
   function edgeElement(s, d, color, width, opacity, arrow) {
     var e;
     if (s === d) {
-      e = el("circle", { cx: X[d], cy: Y[d] - 1.6 * R, r: 0.9 * R });
+      e = el("circle", { cx: X[d], cy: Y[d], r: 1.3 * R }); // a self-loop: a halo around the node
     } else if (D.arcs && s < nReal && d < nReal) {
       // earlier (left) sources arc above the line, later ones below: control point at (mid, -(x_d - x_s))
       var cx = (X[s] + X[d]) / 2, cy = (Y[s] + Y[d]) / 2 - (X[d] - X[s]);
