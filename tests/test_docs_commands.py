@@ -1,6 +1,6 @@
 """Every ``graphattn run`` / ``graphattn viz`` command written in the README and the docs runs as
 written: each is parsed with the real command line, its configuration resolved, and then trained on
-tiny data (``LIMIT`` samples per split, 2 epochs, one seed, no time budget) into the ``--out`` it
+tiny data (``LIMIT`` samples per split, 1 epoch, one seed, no time budget) into the ``--out`` it
 names, inside a temporary folder; the ``viz`` commands then draw from those run folders, so a doc
 that points the viewer at a folder no documented command creates fails here."""
 
@@ -96,7 +96,7 @@ def _tiny(cfg: dict) -> dict:
         kwargs.update(num_train=LIMIT, num_val=LIMIT, num_test=LIMIT, min_length=16, max_length=48)
     if task == "fashion-mnist":
         kwargs.update(num_train=LIMIT, num_val=LIMIT)
-    cfg.update(task_kwargs=kwargs, epochs=min(resolve_config(cfg)["epochs"], 2), time_budget=None,
+    cfg.update(task_kwargs=kwargs, epochs=1, time_budget=None,
                patience=None, progress=False, overwrite=True, resume=False, threads=None,
                seeds=resolve_config(cfg)["seeds"][:1])
     return cfg
