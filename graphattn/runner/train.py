@@ -365,7 +365,9 @@ class Trainer:
         steps = self.steps_per_epoch()
         bar = tqdm(total=cfg["epochs"] * steps, initial=self.epoch * steps, disable=not cfg["progress"],
                    desc=f"{self.task.name} seed {self.seed}", unit="step", leave=False,
-                   dynamic_ncols=True)
+                   dynamic_ncols=True,
+                   # a log file (not a terminal) gets a line every half minute, not every step
+                   mininterval=0.1 if sys.stderr.isatty() else 30.0)
         metric = self.task.metric
         post: dict[str, str] = {}
         # the estimate: the first (slower) step plus the mean of the next ones, taken at the end of
