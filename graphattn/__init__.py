@@ -6,8 +6,9 @@ line's ``--help`` do not pay for importing torch and PyG until something needs t
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from graphattn._lazy import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -59,16 +60,4 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from graphattn.tracing import AttentionTrace, trace
 
 
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        value = getattr(importlib.import_module(_EXPORTS[name]), name)
-    elif name in _SUBPACKAGES:
-        value = importlib.import_module(f"graphattn.{name}")
-    else:
-        raise AttributeError(f"module 'graphattn' has no attribute {name!r}")
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_EXPORTS, *_SUBPACKAGES})
+__getattr__, __dir__ = lazy_exports("graphattn", globals(), _EXPORTS, _SUBPACKAGES)

@@ -6,8 +6,9 @@ without importing torch."""
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from graphattn._lazy import lazy_exports
 
 _EXPORTS = {
     "DEFAULTS": "graphattn.runner.config",
@@ -47,13 +48,4 @@ if TYPE_CHECKING:  # pragma: no cover
     from graphattn.runner.train import build_model, run_experiment
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'graphattn.runner' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_EXPORTS[name]), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_EXPORTS})
+__getattr__, __dir__ = lazy_exports("graphattn.runner", globals(), _EXPORTS)

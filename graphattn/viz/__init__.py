@@ -9,8 +9,7 @@ self-contained interactive page (:func:`write_html`); :func:`visualize` does all
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from graphattn._lazy import lazy_exports
 
 # public name -> submodule (imported on first use, PEP 562: the command line's help stays fast)
 _EXPORTS = {
@@ -67,13 +66,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'graphattn.viz' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_EXPORTS[name]), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_EXPORTS})
+__getattr__, __dir__ = lazy_exports("graphattn.viz", globals(), _EXPORTS)
