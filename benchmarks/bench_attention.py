@@ -180,7 +180,8 @@ def build_call(impl: str, cfg: dict[str, Any], t: dict[str, Any], backward: bool
         from graphattn import EdgeSet
 
         fused.BLOCKED["enabled"] = impl == "fused"
-        cpu_ops()  # load (or build) the extension outside the timed preparation
+        if q.device.type == "cpu":
+            cpu_ops()  # load (or build) the extension outside the timed preparation
         es = EdgeSet(ei, head=t["head"], num_heads=H, bias=bias, weight=weight)
         t0 = time.perf_counter()
         prepare_graph(es, N, N)
@@ -200,7 +201,7 @@ def build_call(impl: str, cfg: dict[str, Any], t: dict[str, Any], backward: bool
     if impl == "layer":
         from graphattn import EdgeAttention, EdgeSet
 
-        layer = EdgeAttention(H * D, D, heads=H, kernel="fused")
+        layer = EdgeAttention(H * D, D, heads=H, kernel="fused").to(t["x"].device)
         es = EdgeSet(ei, head=t["head"], num_heads=H, bias=bias, weight=weight)
         params = list(layer.parameters())
         return (lambda: layer(t["x"], es)), [t["x"], *params], info
@@ -226,7 +227,7 @@ def build_call(impl: str, cfg: dict[str, Any], t: dict[str, Any], backward: bool
 
         if per_head or bias is not None or weight is not None:
             raise NotImplementedError("TransformerConv has no per-head edges, logit bias or weight")
-        conv = TransformerConv(H * D, D, heads=H, root_weight=False)
+        conv = TransformerConv(H * D, D, heads=H, root_weight=False).to(t["x"].device)
         params = list(conv.parameters())
         return (lambda: conv(t["x"], ei)), [t["x"], *params], info
     if impl in ("sdpa_dense", "sdpa_mask"):
@@ -236,7 +237,7 @@ def build_call(impl: str, cfg: dict[str, Any], t: dict[str, Any], backward: bool
             raise NotImplementedError("dense SDPA baseline: head-shared edges without bias/weight")
         mask = None
         if impl == "sdpa_mask":
-            mask = torch.zeros(N, N, dtype=torch.bool)
+            mask = torch.zeros(N, N, dtype=torch.bool, device=q.device)
             mask[ei[1], ei[0]] = True
 
         def call():

@@ -29,13 +29,17 @@ plain edges (for tests, the viewer and the generic kernel):
 
 from __future__ import annotations
 
+import functools
+import threading
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from torch import Tensor
 
 from graphattn.origins import origin_code
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 MODES = ("attention", "weighted")
 
@@ -70,7 +74,30 @@ def _need_float(name: str, value: Tensor, *, complex_ok: bool = False) -> Tensor
     return value
 
 
+_DERIVED = threading.local()
+
+
+def derived_edge_sets(fn: F) -> F:
+    """Marks ``fn`` as building edge sets from already checked ones (a conversion, a union, a
+    selection): inside it, the NaN/inf scan of float fields (one device-to-host transfer per field)
+    is skipped; every shape, dtype and index check still runs. Edge sets a user or a producer builds
+    from new values are scanned as before."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        depth = getattr(_DERIVED, "depth", 0)
+        _DERIVED.depth = depth + 1
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            _DERIVED.depth = depth
+
+    return wrapper  # type: ignore[return-value]
+
+
 def _need_finite(name: str, value: Tensor) -> Tensor:
+    if getattr(_DERIVED, "depth", 0):
+        return value
     if value.numel() and not bool(torch.isfinite(value).all()):
         raise ValueError(f"'{name}' contains NaN or infinite values")
     return value
@@ -299,56 +326,70 @@ class EdgeSet:
         return self
 
     def _validate_indices(self, num_nodes: int, batch: Tensor | None) -> None:
+        """All index checks with one device-to-host transfer (on a GPU each transfer stalls the
+        host); the messages of a failed check read what they need afterwards."""
         ei = self.edge_index
         if ei.numel() == 0:
             return
         src, dst = ei[0], ei[1]
         nv = self.num_virtual
-        if int(dst.min()) < 0 or int(dst.max()) >= num_nodes:
+        stats = [dst.min(), dst.max(), src.min(), src.max()]
+        if self.head is not None:
+            stats += [self.head.min(), self.head.max()]
+        real = bad = bad_virtual = None
+        if batch is not None and num_nodes > 0:
+            # indices clamped: out-of-range ones are reported by the range checks below
+            hi = num_nodes - 1
+            real = src < num_nodes
+            bad = real & (batch[src.clamp(0, hi)] != batch[dst.clamp(0, hi)])
+            stats.append(bad.any())
+            if nv and self.virtual_batch is not None:
+                vb = self.virtual_batch[(src - num_nodes).clamp(0, nv - 1)]
+                bad_virtual = (~real) & (vb >= 0) & (vb != batch[dst])
+                stats.append(bad_virtual.any())
+        values = [int(v) for v in torch.stack([t.long() for t in stats]).tolist()]
+        dmin, dmax, smin, smax = values[:4]
+        if dmin < 0 or dmax >= num_nodes:
             raise ValueError(
                 f"'edge_index' targets (row 1) must lie in [0, {num_nodes}) (virtual sources are "
-                f"never targets), got range [{int(dst.min())}, {int(dst.max())}]"
+                f"never targets), got range [{dmin}, {dmax}]"
             )
-        if int(src.min()) < 0:
-            raise ValueError(f"'edge_index' sources (row 0) must be >= 0, got {int(src.min())}")
-        if int(src.max()) >= num_nodes + nv:
+        if smin < 0:
+            raise ValueError(f"'edge_index' sources (row 0) must be >= 0, got {smin}")
+        if smax >= num_nodes + nv:
             if nv == 0:
                 raise ValueError(
-                    f"'edge_index' has source {int(src.max())} >= num_nodes={num_nodes} but no "
+                    f"'edge_index' has source {smax} >= num_nodes={num_nodes} but no "
                     f"'virtual_x' (sources >= N index virtual sources)"
                 )
             raise ValueError(
                 f"'edge_index' sources must lie in [0, {num_nodes + nv}) ({num_nodes} nodes + "
-                f"{nv} virtual sources), got {int(src.max())}"
+                f"{nv} virtual sources), got {smax}"
             )
-        if self.head is not None and (
-            int(self.head.min()) < 0 or int(self.head.max()) >= self.num_heads
-        ):
-            raise ValueError(
-                f"'head' ids must lie in [0, num_heads={self.num_heads}), got range "
-                f"[{int(self.head.min())}, {int(self.head.max())}]"
-            )
-        if batch is None:
+        rest = values[4:]
+        if self.head is not None:
+            hmin, hmax, *rest = rest
+            if hmin < 0 or hmax >= self.num_heads:
+                raise ValueError(
+                    f"'head' ids must lie in [0, num_heads={self.num_heads}), got range "
+                    f"[{hmin}, {hmax}]"
+                )
+        if bad is None:
             return
-        real = src < num_nodes
-        bad = real & (batch[src.clamp(max=max(num_nodes - 1, 0))] != batch[dst])
-        if bool(bad.any()):
+        if rest[0]:
             e = int(bad.nonzero()[0])
             raise ValueError(
                 f"'edge_index' joins two graphs: edge {e} goes from node {int(src[e])} (graph "
                 f"{int(batch[src[e]])}) to node {int(dst[e])} (graph {int(batch[dst[e]])})"
             )
-        if nv and self.virtual_batch is not None:
-            vsrc = (src - num_nodes).clamp(min=0)
-            vb = self.virtual_batch[vsrc]
-            bad = (~real) & (vb >= 0) & (vb != batch[dst])
-            if bool(bad.any()):
-                e = int(bad.nonzero()[0])
-                raise ValueError(
-                    f"'edge_index' joins two graphs: edge {e} goes from virtual source "
-                    f"{int(src[e])} (graph {int(vb[e])}) to node {int(dst[e])} "
-                    f"(graph {int(batch[dst[e]])})"
-                )
+        if bad_virtual is not None and rest[1]:
+            e = int(bad_virtual.nonzero()[0])
+            vb = self.virtual_batch[(src - num_nodes).clamp(0, nv - 1)]  # type: ignore[index]
+            raise ValueError(
+                f"'edge_index' joins two graphs: edge {e} goes from virtual source "
+                f"{int(src[e])} (graph {int(vb[e])}) to node {int(dst[e])} "
+                f"(graph {int(batch[dst[e]])})"
+            )
 
     # ---------------------------------------------------------- conversions
     def to_explicit(self) -> EdgeSet:
@@ -372,6 +413,7 @@ class EdgeSet:
             "stats": self.stats,
         }
 
+    @derived_edge_sets
     def replace(self, **changes: Any) -> EdgeSet:
         """A copy of this explicit edge set with some fields replaced."""
         if self.structure != "explicit":
@@ -381,6 +423,7 @@ class EdgeSet:
         fields.update(changes)
         return EdgeSet(edge_index, **fields)
 
+    @derived_edge_sets
     def expand_heads(self) -> EdgeSet:
         """Per-head form: every head-shared edge becomes ``num_heads`` edges, one per head."""
         es = self.to_explicit()
@@ -406,6 +449,7 @@ class EdgeSet:
             edge_attr=None if es.edge_attr is None else es.edge_attr[rep],
         )
 
+    @derived_edge_sets
     def coalesce(self) -> EdgeSet:
         """Removes duplicate ``(source, target, head)`` edges, keeping each one's first occurrence.
 
@@ -420,6 +464,7 @@ class EdgeSet:
         H = es.num_heads if es.per_head else 1
         return es.select(first_occurrences((dst * H + h) * n + src))
 
+    @derived_edge_sets
     def select(self, index: Tensor) -> EdgeSet:
         """The edges ``index`` (a long index or a bool mask over edges), fields sliced alike."""
         es = self.to_explicit()
@@ -526,6 +571,7 @@ def _device_of(args: tuple, kwargs: dict) -> torch.device | None:
 
 
 # -------------------------------------------------------------------------------------- union
+@derived_edge_sets
 def union_edge_sets(
     edge_sets: Sequence[EdgeSet], num_nodes: int, *, coalesce: bool = False
 ) -> EdgeSet:
@@ -572,9 +618,10 @@ def union_edge_sets(
     ref_bias, ref_weight, ref_attr = first("bias"), first("weight"), first("edge_attr")
     edge_index, vx, vb, offset = [], [], [], 0
     for p in parts:
-        ei = p.edge_index.clone()
-        virt = ei[0] >= num_nodes
-        ei[0, virt] += offset
+        ei = p.edge_index
+        if offset:  # shift this part's virtual sources past the earlier parts' (no host sync)
+            src = ei[0]
+            ei = torch.stack([torch.where(src >= num_nodes, src + offset, src), ei[1]])
         edge_index.append(ei)
         if p.virtual_x is not None:
             vx.append(p.virtual_x)

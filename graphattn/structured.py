@@ -23,6 +23,7 @@ from graphattn.edgeset import (
     _need_long,
     _need_tensor,
     _shape,
+    derived_edge_sets,
 )
 from graphattn.origins import origin_code
 
@@ -186,6 +187,7 @@ class SharedSourceEdgeSet(EdgeSet):
                 f"{int(src[e])}"
             )
 
+    @derived_edge_sets
     def to_explicit(self) -> EdgeSet:
         cached = self._cache.get("explicit")
         if cached is not None:
@@ -329,6 +331,7 @@ class PermutationEdgeSet(EdgeSet):
                 f"{int(src[t, h])} in head column {h}"
             )
 
+    @derived_edge_sets
     def to_explicit(self) -> EdgeSet:
         cached = self._cache.get("explicit")
         if cached is not None:
@@ -408,6 +411,7 @@ class OperatorEdgeSet(EdgeSet):
     def _validate_indices(self, num_nodes: int, batch: Tensor | None) -> None:
         """No enumerated indices: the ``ptr`` / ``batch`` check in :meth:`validate` covers them."""
 
+    @derived_edge_sets
     def to_explicit(self, max_nodes_per_graph: int = 4096) -> EdgeSet:
         cached = self._cache.get("explicit")
         if cached is not None:

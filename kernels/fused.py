@@ -362,7 +362,9 @@ class FusedEdgeAttentionFunction(torch.autograd.Function):
                 )
         if (softmax and need_k) or need_v:
             if dterm is None:  # no destination pass ran: Dterm_i = dO_i . o_i directly
-                dterm = (dout * out).sum(-1) if softmax else lse
+                # in lse's (accumulation) dtype, as the destination pass: fp32 for fp16 / bf16
+                # storage on Triton (a no-op cast on the CPU, whose lse has the inputs' dtype)
+                dterm = ((dout.to(lse.dtype) * out.to(lse.dtype)).sum(-1) if softmax else lse)
             if blocks is not None:  # blocks of target rows
                 layout = graph.blocked_layout(blocks[1], by_target=False, edge_ids=ids)
                 dk, dv = ops.blocked_backward_src(

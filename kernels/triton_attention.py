@@ -35,12 +35,13 @@ LN2: tl.constexpr = tl.constexpr(0.6931471805599453)
 @triton.jit
 def _forward_kernel(
     Q, K, V, ROWPTR, COL, EID, BIAS, WEIGHT, OUT, LSE,
-    H, D, qk_scale, bias_se, bias_sh, w_se, w_sh,
+    H, D, SCALES, bias_se, bias_sh, w_se, w_sh,
     HAS_BIAS: tl.constexpr, HAS_WEIGHT: tl.constexpr, SOFTMAX: tl.constexpr,
     ACC: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
     row = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1).to(tl.int64)
+    qk_scale = tl.load(SCALES)
     start = tl.load(ROWPTR + row)
     end = tl.load(ROWPTR + row + 1)
     offs_d = tl.arange(0, BLOCK_D)
@@ -91,13 +92,15 @@ def _forward_kernel(
 @triton.jit
 def _backward_dst_kernel(
     Q, K, V, OUT, DOUT, LSE, ROWPTR, COL, EID, BIAS, WEIGHT, DQ, DS_BUF, PG_BUF, DTERM,
-    H, D, qk_scale, scale, bias_se, bias_sh, w_se, w_sh,
+    H, D, SCALES, bias_se, bias_sh, w_se, w_sh,
     HAS_BIAS: tl.constexpr, HAS_WEIGHT: tl.constexpr, SOFTMAX: tl.constexpr,
     NEED_DQ: tl.constexpr, NEED_DS: tl.constexpr, NEED_PG: tl.constexpr,
     ACC: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
     row = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1).to(tl.int64)
+    qk_scale = tl.load(SCALES)
+    scale = tl.load(SCALES + 1)
     start = tl.load(ROWPTR + row)
     end = tl.load(ROWPTR + row + 1)
     offs_d = tl.arange(0, BLOCK_D)
@@ -149,13 +152,15 @@ def _backward_dst_kernel(
 @triton.jit
 def _backward_src_kernel(
     Q, K, V, DOUT, LSE, DTERM, COLPTR, CROW, CUID, BIAS, WEIGHT, DK, DV,
-    H, D, qk_scale, scale, bias_se, bias_sh, w_se, w_sh,
+    H, D, SCALES, bias_se, bias_sh, w_se, w_sh,
     HAS_BIAS: tl.constexpr, HAS_WEIGHT: tl.constexpr, SOFTMAX: tl.constexpr,
     NEED_DK: tl.constexpr, NEED_DV: tl.constexpr,
     ACC: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
     src = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1).to(tl.int64)
+    qk_scale = tl.load(SCALES)
+    scale = tl.load(SCALES + 1)
     start = tl.load(COLPTR + src)
     end = tl.load(COLPTR + src + 1)
     offs_d = tl.arange(0, BLOCK_D)
@@ -204,11 +209,12 @@ def _backward_src_kernel(
 @triton.jit
 def _probs_kernel(
     Q, K, LSE, ROWPTR, COL, EID, BIAS, P,
-    H, D, qk_scale, bias_se, bias_sh,
+    H, D, SCALES, bias_se, bias_sh,
     HAS_BIAS: tl.constexpr, ACC: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
     row = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1).to(tl.int64)
+    qk_scale = tl.load(SCALES)
     start = tl.load(ROWPTR + row)
     end = tl.load(ROWPTR + row + 1)
     offs_d = tl.arange(0, BLOCK_D)
@@ -244,6 +250,13 @@ def _field(t: Tensor | None, H: int, dummy: Tensor) -> tuple[Tensor, int, int, b
     return (t, 1, 0, True) if t.dim() == 1 else (t, H, 1, True)
 
 
+def _scales(scale: float, acc_t: torch.dtype, device: torch.device) -> Tensor:
+    """``[scale·log2(e), scale]`` in the accumulation dtype, read by the kernels from memory: a
+    Python float argument reaches a compiled kernel as fp32 (the interpreter keeps it a Python
+    float), which would round the scale of float64 attention to single precision."""
+    return torch.tensor([scale * _LOG2E, scale], dtype=acc_t, device=device)
+
+
 def _meta(v: Tensor) -> dict:
     return {"BLOCK_E": BLOCK_E, "BLOCK_D": triton.next_power_of_2(max(v.size(2), 1))}
 
@@ -260,7 +273,7 @@ def forward(q, k, v, rowptr, col, eid, bias, weight, scale, softmax):
     w, wse, wsh, has_w = _field(weight, H, v)
     _forward_kernel[(R, H)](
         q, k, v, rowptr, col, eid, b, w, out, lse,
-        H, D, scale * _LOG2E, bse, bsh, wse, wsh,
+        H, D, _scales(scale, acc_t, v.device), bse, bsh, wse, wsh,
         HAS_BIAS=has_b, HAS_WEIGHT=has_w, SOFTMAX=softmax, ACC=acc_tl, **_meta(v),
     )
     return out, lse
@@ -284,7 +297,7 @@ def backward_dst(q, k, v, out, dout, lse, rowptr, col, eid, bias, weight, scale,
         _backward_dst_kernel[(R, H)](
             q, k, v, out, dout, lse, rowptr, col, eid, b, w,
             dq if need_dq else v, ds_buf if need_ds else dterm, pg_buf if need_pg else dterm, dterm,
-            H, D, scale * _LOG2E, scale, bse, bsh, wse, wsh,
+            H, D, _scales(scale, acc_t, v.device), bse, bsh, wse, wsh,
             HAS_BIAS=has_b, HAS_WEIGHT=has_w, SOFTMAX=softmax,
             NEED_DQ=need_dq, NEED_DS=need_ds, NEED_PG=need_pg, ACC=acc_tl, **_meta(v),
         )
@@ -304,7 +317,7 @@ def backward_src(q, k, v, dout, lse, dterm, colptr, crow, cuid, bias, weight, sc
                  need_dk, need_dv):
     """``(dk, dv)`` — see :mod:`.fused`."""
     S, H, D = colptr.numel() - 1, v.size(1), v.size(2)
-    _, acc_tl = _acc(v.dtype)
+    acc_t, acc_tl = _acc(v.dtype)
     need_dk = need_dk and softmax
     dk = torch.empty_like(v) if need_dk else None
     dv = torch.empty_like(v) if need_dv else None
@@ -314,7 +327,7 @@ def backward_src(q, k, v, dout, lse, dterm, colptr, crow, cuid, bias, weight, sc
         _backward_src_kernel[(S, H)](
             q, k, v, dout, lse, dterm, colptr, crow, cuid, b, w,
             dk if need_dk else v, dv if need_dv else v,
-            H, D, scale * _LOG2E, scale, bse, bsh, wse, wsh,
+            H, D, _scales(scale, acc_t, v.device), bse, bsh, wse, wsh,
             HAS_BIAS=has_b, HAS_WEIGHT=has_w, SOFTMAX=softmax, NEED_DK=need_dk, NEED_DV=need_dv,
             ACC=acc_tl, **_meta(v),
         )
@@ -324,12 +337,12 @@ def backward_src(q, k, v, dout, lse, dterm, colptr, crow, cuid, bias, weight, sc
 def probs(q, k, lse, rowptr, col, eid, bias, scale):
     """Softmax coefficients ``[E, H]`` in edge-set order — see :mod:`.fused`."""
     R, H, D, E = rowptr.numel() - 1, q.size(1), q.size(2), col.numel()
-    _, acc_tl = _acc(q.dtype)
+    acc_t, acc_tl = _acc(q.dtype)
     p = torch.zeros(E, H, dtype=q.dtype, device=q.device)
     if R > 0 and H > 0:
         b, bse, bsh, has_b = _field(bias, H, q)
         _probs_kernel[(R, H)](
-            q, k, lse, rowptr, col, eid, b, p, H, D, scale * _LOG2E, bse, bsh,
+            q, k, lse, rowptr, col, eid, b, p, H, D, _scales(scale, acc_t, q.device), bse, bsh,
             HAS_BIAS=has_b, ACC=acc_tl, **_meta(q),
         )
     return p

@@ -4,6 +4,11 @@
 ``GRAPHATTN_TEST_DATA`` to reuse a cache between runs); ``GRAPHATTN_MIRROR`` defaults to
 ``../shared/datasets`` beside the repository when it exists. Tests that need real data use the
 ``mirror`` fixture, which skips them when no mirror is available (CI always has one).
+
+Devices: the ``device`` fixture runs a test on ``"cpu"`` and on ``"cuda"``; the CUDA variant
+carries the ``cuda`` marker (``pytest -m cuda`` runs only the CUDA tests) and is skipped on a
+machine without a CUDA device. ``tests.helpers.DEVICES`` gives the same two parameters for
+``@pytest.mark.parametrize("device", DEVICES)``.
 """
 
 from __future__ import annotations
@@ -13,10 +18,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import DEVICES
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # also declared in pyproject.toml; repeated here for runs that use another configuration file
+    config.addinivalue_line("markers", "cuda: tests that need a CUDA device (skipped without one)")
     if not os.environ.get("GRAPHATTN_MIRROR"):
         default = ROOT.parent / "shared" / "datasets"
         if default.is_dir():
@@ -42,3 +51,9 @@ def mirror() -> Path:
     if not m or not Path(m).is_dir():
         pytest.skip("no offline data mirror (set GRAPHATTN_MIRROR; CI sets it)")
     return Path(m)
+
+
+@pytest.fixture(params=DEVICES)
+def device(request: pytest.FixtureRequest) -> str:
+    """``"cpu"``, then ``"cuda"`` (marked ``cuda``; skipped without a CUDA device)."""
+    return request.param

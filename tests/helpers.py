@@ -2,8 +2,18 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch_geometric.data import Batch, Data
+
+#: whether this machine has a CUDA device (the ``cuda`` tests are skipped without one)
+CUDA = torch.cuda.is_available()
+NO_CUDA_REASON = "no CUDA device (torch.cuda.is_available() is False)"
+#: marks of a test (or parameter) that needs a CUDA device: selected by ``-m cuda``, skipped without
+CUDA_MARKS = (pytest.mark.cuda, pytest.mark.skipif(not CUDA, reason=NO_CUDA_REASON))
+#: ``@pytest.mark.parametrize("device", DEVICES)``: the CPU, and CUDA (marked ``cuda``) — the same
+#: values as the ``device`` fixture of ``tests/conftest.py``, for where a fixture does not fit
+DEVICES = ["cpu", pytest.param("cuda", marks=CUDA_MARKS, id="cuda")]
 
 
 def make_batch(sizes, *, channels: int = 8, edges_per_node: int = 2, seed: int = 0,

@@ -1,5 +1,9 @@
 """EdgeAttention: the reference path against dense attention and PyG, every fast path against the
-reference on the same (explicit) edges, outputs and gradients in float64."""
+reference on the same (explicit) edges, outputs and gradients in float64.
+
+The tests taking ``device`` also run on CUDA (marked ``cuda``): the layer, its inputs and its edge
+set on the device (explicit edges then take the Triton kernel), the dense oracles on the CPU, and
+every comparison on the CPU."""
 
 from __future__ import annotations
 
@@ -9,7 +13,7 @@ from torch_geometric.nn import TransformerConv
 
 import graphattn as ga
 from graphattn import EdgeAttention, EdgeSet, PermutationEdgeSet, SharedSourceEdgeSet
-from tests.helpers import dense_reference, make_batch
+from tests.helpers import DEVICES, dense_reference, make_batch
 from tests.test_edgeset import _MatrixOperator
 
 
@@ -27,11 +31,14 @@ def grads(fn, tensors):
     for t in tensors:
         t.grad = None
     out = fn()
-    (out * torch.linspace(-1, 1, out.numel(), dtype=out.dtype).view_as(out)).sum().backward()
+    ramp = torch.linspace(-1, 1, out.numel(), dtype=out.dtype, device=out.device).view_as(out)
+    (out * ramp).sum().backward()
     return out.detach(), [t.grad.clone() for t in tensors]
 
 
 def assert_same(a, b, atol=1e-10):
+    """``a`` and ``b`` agree to ``atol`` (compared on the CPU, whatever their devices)."""
+    a, b = a.detach().cpu(), b.detach().cpu()
     assert torch.allclose(a, b, atol=atol, rtol=0), (a - b).abs().max()
 
 
@@ -40,7 +47,10 @@ def batch():
     return make_batch([5, 1, 0, 7], channels=6)
 
 
-def test_reference_equals_dense_masked_softmax(batch):
+@pytest.mark.parametrize("device", DEVICES)
+def test_reference_equals_dense_masked_softmax(batch, device):
+    """The layer (explicit edges: the fused kernel, Triton on CUDA) on ``device`` against dense
+    masked softmax on the CPU."""
     torch.manual_seed(0)
     N, H, C = batch.num_nodes, 3, 4
     layer = EdgeAttention(6, C, heads=H).double()
@@ -51,7 +61,11 @@ def test_reference_equals_dense_masked_softmax(batch):
     bias = torch.randn(E, H, dtype=torch.float64)
     weight = torch.rand(E, H, dtype=torch.float64) + 0.5
     es = EdgeSet(ei, num_heads=H, bias=bias, weight=weight)
-    out = layer(batch.x, es, batch.batch).view(N, H, C)
+    dev = layer.to(device)
+    out = dev(batch.x.to(device), es.to(device), batch.batch.to(device)).view(N, H, C)
+    assert out.device.type == device
+    out = out.cpu()
+    layer = layer.cpu()
     q = layer.lin_query(batch.x).view(N, H, C)
     k = layer.lin_key(batch.x).view(N, H, C)
     v = layer.lin_value(batch.x).view(N, H, C)
@@ -68,7 +82,8 @@ def test_reference_equals_dense_masked_softmax(batch):
             ref = dense_reference(q[:, h], k[:, h], v[:, h], cnt, C**-0.5, B, W)
             assert_same(out[:, h], ref)
     # without per-edge attributes, duplicates are extra softmax terms
-    plain = layer(batch.x, ei, batch.batch).view(N, H, C)
+    plain = layer.to(device)(batch.x.to(device), ei.to(device), batch.batch.to(device))
+    plain = plain.view(N, H, C).cpu()
     cnt = torch.zeros(N, N, dtype=torch.float64)
     cnt.index_put_((ei[1], ei[0]), torch.ones(E, dtype=torch.float64), accumulate=True)
     for h in range(H):
@@ -100,13 +115,15 @@ def test_reference_equals_pyg_transformer_conv(batch, edge_dim):
         assert_same(p.grad, ref_params[name].grad)
 
 
-def test_per_head_edges_equal_masked_shared(batch):
+@pytest.mark.parametrize("device", DEVICES)
+def test_per_head_edges_equal_masked_shared(batch, device):
     """Per-head edge sets == head-shared edges whose foreign-head copies are masked out."""
     torch.manual_seed(2)
     H = 2
-    layer = EdgeAttention(6, 3, heads=H).double()
+    batch = batch.to(device)
+    layer = EdgeAttention(6, 3, heads=H).double().to(device)
     ei = batch.edge_index
-    head = torch.randint(0, H, (ei.size(1),))
+    head = torch.randint(0, H, (ei.size(1),)).to(device)
     out = layer(batch.x, EdgeSet(ei, head=head, num_heads=H), batch.batch).view(-1, H, 3)
     for h in range(H):
         sel = ei[:, head == h]
@@ -143,15 +160,20 @@ def shared_source_case(batch, H, per_head, with_virtual, with_bias):
 @pytest.mark.parametrize("with_virtual", [False, True])
 @pytest.mark.parametrize("with_bias", [False, True])
 @pytest.mark.parametrize("mode", ["attention", "weighted"])
-def test_shared_sources_fast_path_equals_reference(batch, per_head, with_virtual, with_bias, mode):
+@pytest.mark.parametrize("device", DEVICES)
+def test_shared_sources_fast_path_equals_reference(batch, per_head, with_virtual, with_bias, mode,
+                                                   device):
     torch.manual_seed(4)
     H = 2
     es = shared_source_case(batch, H, per_head, with_virtual, with_bias and mode == "attention")
     if mode == "weighted":
         es = SharedSourceEdgeSet(es.sources, es.ptr, num_heads=H, source_mask=es.source_mask,
                                  mode="weighted", weight=es.slot_weight, virtual_x=es.virtual_x)
+    es, batch = es.to(device), batch.to(device)
+    assert es.sources.device.type == es.ptr.device.type == device
     fast = EdgeAttention(6, 3, heads=H, mode=mode).double()
     ref = twin(fast, kernel="reference")
+    fast, ref = fast.to(device), ref.to(device)
     x1, x2 = batch.x.clone().requires_grad_(), batch.x.clone().requires_grad_()
     o1, g1 = grads(lambda: fast(x1, es, batch.batch), [x1, *fast.parameters()])
     o2, g2 = grads(lambda: ref(x2, es, batch.batch), [x2, *ref.parameters()])
@@ -159,7 +181,7 @@ def test_shared_sources_fast_path_equals_reference(batch, per_head, with_virtual
     for a, b in zip(g1, g2, strict=True):
         assert_same(a, b)
     # graph 2 is empty and graph 1 has sources: nothing NaN anywhere
-    assert torch.isfinite(o1).all()
+    assert torch.isfinite(o1).all() and o1.device.type == device
 
 
 @pytest.mark.parametrize("sizes", [[7], [6, 6, 6], [6, 3]])
@@ -220,7 +242,8 @@ def test_shared_sources_graph_without_sources_gives_zero(batch):
 
 @pytest.mark.parametrize("per_head", [False, True])
 @pytest.mark.parametrize("mode", ["attention", "weighted"])
-def test_permutation_fast_path_equals_reference(batch, per_head, mode):
+@pytest.mark.parametrize("device", DEVICES)
+def test_permutation_fast_path_equals_reference(batch, per_head, mode, device):
     torch.manual_seed(5)
     H, N = 3, batch.num_nodes
     Hs = H if per_head else 1
@@ -230,9 +253,12 @@ def test_permutation_fast_path_equals_reference(batch, per_head, mode):
         for h in range(Hs):
             src[s:e, h] = s + torch.randperm(e - s)
     weight = torch.randn(N, Hs, dtype=torch.float64)
-    es = PermutationEdgeSet(src, num_heads=H, mode=mode, weight=weight)
+    es = PermutationEdgeSet(src, num_heads=H, mode=mode, weight=weight).to(device)
+    assert es.src.device.type == device
+    batch = batch.to(device)
     fast = EdgeAttention(6, 2, heads=H, mode=mode).double()
     ref = twin(fast, kernel="reference")
+    fast, ref = fast.to(device), ref.to(device)
     x1, x2 = batch.x.clone().requires_grad_(), batch.x.clone().requires_grad_()
     o1, g1 = grads(lambda: fast(x1, es, batch.batch), [x1, fast.lin_value.weight])
     o2, g2 = grads(lambda: ref(x2, es, batch.batch), [x2, ref.lin_value.weight])
@@ -242,14 +268,17 @@ def test_permutation_fast_path_equals_reference(batch, per_head, mode):
 
 
 @pytest.mark.parametrize("complex_weights", [False, True])
-def test_operator_fast_path_equals_reference(batch, complex_weights):
+@pytest.mark.parametrize("device", DEVICES)
+def test_operator_fast_path_equals_reference(batch, complex_weights, device):
     torch.manual_seed(6)
     counts = (batch.ptr[1:] - batch.ptr[:-1]).tolist()
     dtype = torch.complex128 if complex_weights else torch.float64
-    mats = [torch.randn(n, n, dtype=dtype) for n in counts]
+    mats = [torch.randn(n, n, dtype=dtype).to(device) for n in counts]
+    batch = batch.to(device)
     op = _MatrixOperator(mats, batch.ptr, num_heads=2)
     fast = EdgeAttention(6, 3, heads=2, mode="weighted", complex_output="complex").double()
     ref = twin(fast, kernel="reference", complex_output="complex")
+    fast, ref = fast.to(device), ref.to(device)
     x1, x2 = batch.x.clone().requires_grad_(), batch.x.clone().requires_grad_()
     o1 = fast(x1, op, batch.batch)
     o2 = ref(x2, op, batch.batch)
@@ -257,19 +286,22 @@ def test_operator_fast_path_equals_reference(batch, complex_weights):
     (o1.abs() ** 2).sum().backward()
     (o2.abs() ** 2).sum().backward()
     assert_same(x1.grad, x2.grad)
+    assert o1.device.type == x1.grad.device.type == device
     if complex_weights:
         assert o1.is_complex()
-        real = twin(fast)(batch.x, op, batch.batch)
+        real = twin(fast).to(device)(batch.x, op, batch.batch)
         assert_same(real, o1.real)
 
 
-def test_virtual_sources_are_projected_like_nodes():
+@pytest.mark.parametrize("device", DEVICES)
+def test_virtual_sources_are_projected_like_nodes(device):
     """A virtual source with the features of node j acts exactly like node j."""
     torch.manual_seed(7)
-    x = torch.randn(4, 5, dtype=torch.float64)
-    layer = EdgeAttention(5, 3, heads=2).double()
-    real = layer(x, torch.tensor([[0, 1, 2], [3, 3, 3]]))
-    virt = EdgeSet(torch.tensor([[4, 1, 2], [3, 3, 3]]), num_heads=2, virtual_x=x[:1])
+    x = torch.randn(4, 5, dtype=torch.float64).to(device)
+    layer = EdgeAttention(5, 3, heads=2).double().to(device)
+    real = layer(x, torch.tensor([[0, 1, 2], [3, 3, 3]], device=device))
+    virt = EdgeSet(torch.tensor([[4, 1, 2], [3, 3, 3]], device=device), num_heads=2,
+                   virtual_x=x[:1])
     assert_same(layer(x, virt)[3], real[3])
 
 
@@ -285,10 +317,16 @@ def test_weighted_mode_allocates_no_query_key():
     assert torch.allclose(layer(x, ei).view(3, 4, 2)[1], v[0] + v[2])
 
 
-def test_return_attention_weights_per_head_and_structured(batch):
-    es = shared_source_case(batch, 2, True, True, False)
-    layer = EdgeAttention(6, 3, heads=2).double()
+@pytest.mark.parametrize("device", DEVICES)
+def test_return_attention_weights_per_head_and_structured(batch, device):
+    es = shared_source_case(batch, 2, True, True, False).to(device)
+    batch = batch.to(device)
+    layer = EdgeAttention(6, 3, heads=2).double().to(device)
     out, (edge_index, alpha) = layer(batch.x, es, batch.batch, return_attention_weights=True)
+    assert out.device.type == edge_index.device.type == alpha.device.type == device
+    out, edge_index, alpha, es, batch = (out.cpu(), edge_index.cpu(), alpha.cpu(), es.to("cpu"),
+                                         batch.cpu())
+    layer = layer.cpu()
     ex = es.to_explicit()
     assert torch.equal(edge_index, ex.edge_index)
     assert alpha.shape == (ex.num_edges, 2)
@@ -317,13 +355,18 @@ def test_lazy_init_repr_reset_and_dropout():
     assert EdgeAttention(3, 2, heads=1, concat=False)(torch.randn(2, 3), ei[:, :1]).shape == (2, 2)
 
 
-def test_deterministic_bitwise(batch):
-    layer = EdgeAttention(6, 4, heads=2)
-    x = batch.x.float()
+@pytest.mark.parametrize("device", DEVICES)
+def test_deterministic_bitwise(batch, device):
+    layer = EdgeAttention(6, 4, heads=2).to(device)
+    batch = batch.to(device)
+    x = batch.x.float().requires_grad_()
     ei = batch.edge_index
     a = layer(x, ei, batch.batch)
+    (ga,) = torch.autograd.grad(a.square().sum(), x)
     b = layer(x, ei, batch.batch)
-    assert torch.equal(a, b)
+    (gb,) = torch.autograd.grad(b.square().sum(), x)
+    assert a.device.type == device
+    assert torch.equal(a, b) and torch.equal(ga, gb)
 
 
 def test_producer_inside_layer_sees_projections(batch):

@@ -272,6 +272,8 @@ class ConverterModel(GraphTransformer):
                              "hidden_channels)")
         for key in ("norm_first", "heads"):
             kwargs.pop(key, None)
+        if producer is None:  # the runner's "no producer": the preset's own
+            producer = "converter"
         # GraphTransformer builds the encoders, the read-out and the head; the Converter blocks are
         # built below (builds_own_layers)
         super().__init__(hidden_channels, out_channels, num_layers=num_layers, producer=None,

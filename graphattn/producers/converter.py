@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from graphattn.producers._util import rand
 from graphattn.producers.base import EdgeProducer, ProducerContext, check_positive_int
 from graphattn.producers.converter_ops import (
     KERNELS,
@@ -41,7 +42,7 @@ def _dropout(x: Tensor, p: float, training: bool, generator: torch.Generator | N
     """Inverted dropout drawing its mask from ``generator`` (``None``: the global RNG)."""
     if not training or p == 0.0:
         return x
-    keep = torch.rand(x.shape, generator=generator, device=x.device, dtype=x.dtype) >= p
+    keep = rand(tuple(x.shape), generator, device=x.device, dtype=x.dtype) >= p
     return x * keep / (1.0 - p)
 
 

@@ -65,7 +65,8 @@ class ExpanderEdges(EdgeProducer):
             if n < 2:
                 continue
             if ctx.generator is not None:
-                seed = int(torch.randint(0, 2**31 - 1, (1,), generator=ctx.generator))
+                seed = int(torch.randint(0, 2**31 - 1, (1,), generator=ctx.generator,
+                                         device=ctx.generator.device))
                 tmpl = _regular_template.__wrapped__(n, self.degree, seed)
             else:
                 tmpl = _regular_template(n, self.degree, self.seed * 1_000_003 + n)

@@ -6,7 +6,7 @@ import torch
 from torch import Tensor
 
 from graphattn.edgeset import EdgeSet
-from graphattn.producers._util import explicit_edge_set, graph_of_local, producer_generator
+from graphattn.producers._util import explicit_edge_set, graph_of_local, producer_generator, rand
 from graphattn.producers.base import EdgeProducer, ProducerContext, check_positive_int
 from graphattn.producers.registry import register_producer
 
@@ -24,7 +24,7 @@ def sample_without_replacement(n: Tensor, k: int, generator: torch.Generator | N
     for s in range(k):
         active = s < kr
         j = n - kr + s
-        u = torch.rand(R, generator=generator, device=n.device, dtype=torch.float64)
+        u = rand((R,), generator, device=n.device, dtype=torch.float64)
         t = torch.minimum((u * (j + 1).to(torch.float64)).long(), j)
         present = (out == t[:, None]).any(1)
         out[:, s] = torch.where(active, torch.where(present, j, t), out[:, s])

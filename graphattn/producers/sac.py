@@ -30,7 +30,7 @@ from torch_geometric.utils import to_dense_batch
 
 from graphattn.edgeset import EdgeSet, union_edge_sets
 from graphattn.origins import origin_code
-from graphattn.producers._util import producer_generator
+from graphattn.producers._util import draw_device, producer_generator
 from graphattn.producers.base import EdgeProducer, ProducerContext, check_positive_int
 from graphattn.producers.input import InputEdges
 from graphattn.producers.registry import register_producer
@@ -498,7 +498,7 @@ class SAC(EdgeProducer):
         C = max(1, self.chunk_size // max((M + 32) * self.embed_dim, 1))
         starts = list(range(0, N, C))
         seeds = torch.randint(0, 2**62, (segments, max(len(starts), 1)), generator=gen,
-                              device="cpu").tolist()
+                              device=draw_device(gen, "cpu")).tolist()
         grad = torch.is_grad_enabled()
         K = self.max_distance
         outs = []
@@ -570,7 +570,7 @@ class SAC(EdgeProducer):
         segments = self.heads if self.head_adaptive else 1
         starts = list(range(0, W, C))
         seeds = torch.randint(0, 2**62, (segments, max(len(starts), 1)), generator=gen,
-                              device="cpu").tolist() if mode == "sample" else None
+                              device=draw_device(gen, "cpu")).tolist() if mode == "sample" else None
         grad = torch.is_grad_enabled()
         cols = torch.arange(W, device=ctx.device)
         real = cols[None, None] < n[:, None, None]

@@ -26,6 +26,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
+from graphattn.producers._util import rand
+
 NEG_INF = float("-inf")
 
 
@@ -407,7 +409,7 @@ class LSTMEdgeDecoder(nn.Module):
         used = torch.zeros(B, W, dtype=torch.long, device=dev) if (free and plan.no_repeat) else None
         unif = None
         if mode == "sample":
-            unif = torch.rand(T, 2, B, 1, generator=generator, device=dev, dtype=torch.float64)
+            unif = rand((T, 2, B, 1), generator, device=dev, dtype=torch.float64)
             unif = unif * (1.0 - 1e-12)  # strictly below the total mass: never a zero-probability entry
         all_active = int(plan.budget.min()) * plan.segments if B else 0  # steps with no idle graph
         starts: set[int] = set()

@@ -23,6 +23,7 @@ from torch_geometric.utils import to_dense_batch
 
 from graphattn.edgeset import EdgeSet
 from graphattn.origins import origin_code
+from graphattn.producers._util import rand
 from graphattn.producers.base import EdgeProducer, ProducerContext, check_positive_int
 from graphattn.producers.registry import register_producer
 from graphattn.structured import SharedSourceEdgeSet
@@ -97,7 +98,7 @@ def gumbel_noise(shape: tuple[int, ...], *, generator: torch.Generator | None = 
     r"""Standard Gumbel noise :math:`g = -\log(-\log(U + 10^{-20}) + 10^{-20})`,
     :math:`U \sim \mathcal{U}[0, 1)` (mean :math:`\gamma \approx 0.5772`, variance
     :math:`\pi^2/6`). The noise is never scaled by the temperature."""
-    u = torch.rand(shape, generator=generator, dtype=dtype, device=device)
+    u = rand(shape, generator, dtype=dtype, device=device)
     return -torch.log(-torch.log(u + GUMBEL_EPS) + GUMBEL_EPS)
 
 

@@ -43,6 +43,7 @@ from torch.autograd import Function
 from torch.autograd.function import once_differentiable
 
 from graphattn.edgeset import _need_float, _need_long, _need_tensor, first_occurrences
+from graphattn.producers._util import poisson, rand
 
 #: edge kinds, in the priority order of :func:`dedupe` (an SBM draw beats an exploration draw beats an
 #: added self-loop)
@@ -245,7 +246,7 @@ def _node_tables(Y: Tensor, lptr: Tensor, batch: Tensor, with_guide: bool) -> _N
 def _draw_counts(rate: Tensor, generator: torch.Generator | None) -> Tensor:
     if rate.numel() == 0:
         return torch.zeros(rate.shape, dtype=torch.long, device=rate.device)
-    return torch.poisson(rate, generator=generator).long()
+    return poisson(rate, generator).long()
 
 
 def _chunks(counts: Tensor, chunk_size: int):
@@ -322,7 +323,7 @@ def _fastrg_block(Y: Tensor, B: Tensor, Z: Tensor, ptr: Tensor, ga: int, gb: int
     for rsel, cnt in _chunks(counts, chunk_size):
         E = int(cnt.sum())
         e = {name: torch.repeat_interleave(t[rsel], cnt, output_size=E) for name, t in tables.items()}
-        u = torch.rand(3, E, generator=generator, dtype=torch.float64, device=dev)
+        u = rand((3, E), generator, dtype=torch.float64, device=dev)
         v = _table_search(v_keys, v_guide, e["v_start"], k, e["v_off"], u[0]) - e["v_start"]
         first, n_g = e["first"], e["n"]
         i = _table_search(yt.keys, yt.guide, e["i_start"], n_g, e["i_off"], u[1]) - e["i_start"]
@@ -397,7 +398,7 @@ def fastrg_sample(
     if int(mx.sum()):
         for gh, cnt in _chunks(mx, chunk_size):
             gh = torch.repeat_interleave(gh, cnt)
-            u = torch.rand(2, gh.numel(), generator=generator, dtype=torch.float64, device=dev)
+            u = rand((2, gh.numel()), generator, dtype=torch.float64, device=dev)
             g, h = torch.div(gh, H, rounding_mode="floor"), gh % H
             size = n[g]
             i = ptr[g] + torch.minimum((u[0] * size).long(), size - 1)
@@ -454,7 +455,7 @@ def bernoulli_sample(
             ok = key_ok[:, None, None, :] & key_ok[:, None, a:b, None]
             prob.masked_fill_(~ok, 0.0)
         expected += prob.sum((-1, -2)).to(torch.float64)
-        hit = torch.rand(prob.shape, generator=generator, dtype=prob.dtype, device=dev) < prob
+        hit = rand(tuple(prob.shape), generator, dtype=prob.dtype, device=dev) < prob
         g, h, il, jl = hit.nonzero(as_tuple=True)
         i, j = ptr[g] + il + a, ptr[g] + jl
         parts.append(SampledEdges(i, j, h, torch.full_like(i, SAMPLED)))

@@ -6,7 +6,7 @@ import torch
 from torch import nn
 from torch_geometric.utils import scatter
 
-from graphattn.edgeset import EdgeSet
+from graphattn.edgeset import EdgeSet, derived_edge_sets
 from graphattn.origins import origin_code
 from graphattn.producers.base import EdgeProducer, ProducerContext, check_positive_int
 from graphattn.producers.registry import register_producer
@@ -50,6 +50,7 @@ class VirtualNodes(EdgeProducer):
         if not isinstance(self.embedding, nn.parameter.UninitializedParameter):
             nn.init.normal_(self.embedding, std=0.02)
 
+    @derived_edge_sets  # virtual_x is pooled from x, which the layer checked
     def produce(self, ctx: ProducerContext) -> EdgeSet:
         if isinstance(self.embedding, nn.parameter.UninitializedParameter):
             self.channels = int(ctx.x.size(1))

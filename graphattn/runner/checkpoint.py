@@ -46,7 +46,9 @@ def load_checkpoint(path: str | Path, map_location: Any = "cpu") -> dict[str, An
         raise ValueError(f"checkpoint {path} holds more than tensors and plain containers, or is "
                          f"damaged; graphattn checkpoints never need code to load, so it is not "
                          f"loaded ({first})") from None
-    except (RuntimeError, EOFError, OSError) as exc:
+    except (RuntimeError, EOFError, OSError, ValueError, IndexError, KeyError, TypeError,
+            AttributeError, UnicodeDecodeError, OverflowError, MemoryError) as exc:
+        # random bytes reach the unpickler in any state: every error it can raise is "damaged"
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise ValueError(f"checkpoint {path} cannot be read: it is damaged or truncated ({first}); "
                          f"delete it and train again (or resume from another checkpoint)") from None
@@ -71,8 +73,8 @@ def restore(path: str | Path, seed: int | None = None, device: str = "cpu",
     first = task.graph if task.level == "node" else task.splits["train"][0]
     from torch_geometric.data import Batch
 
-    with torch.no_grad():
-        model(first if task.level == "node" else Batch.from_data_list([first]))
+    with torch.no_grad():  # materialises lazy parameters, on the model's device
+        model((first if task.level == "node" else Batch.from_data_list([first])).to(device))
     model.load_state_dict(ck["model"])
     model.eval()
     return model, task

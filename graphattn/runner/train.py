@@ -140,23 +140,31 @@ def _seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def _rng_state(loader_gen: torch.Generator) -> dict[str, Any]:
+def _rng_state(loader_gen: torch.Generator, device: torch.device | None = None) -> dict[str, Any]:
     """Every random state a run consumes, as tensors and plain Python values (checkpoints load
-    with ``weights_only=True``)."""
+    with ``weights_only=True``); on a CUDA ``device`` also its generator (dropout, sampling)."""
     kind, keys, pos, has_gauss, gauss = np.random.get_state()
-    return {"torch": torch.get_rng_state(), "python": random.getstate(),
-            "numpy": [kind, torch.from_numpy(keys.astype(np.int64)), int(pos), int(has_gauss),
-                      float(gauss)],
-            "loader": loader_gen.get_state()}
+    state = {"torch": torch.get_rng_state(), "python": random.getstate(),
+             "numpy": [kind, torch.from_numpy(keys.astype(np.int64)), int(pos), int(has_gauss),
+                       float(gauss)],
+             "loader": loader_gen.get_state()}
+    if device is not None and device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(device)
+    return state
 
 
-def _set_rng_state(state: dict[str, Any], loader_gen: torch.Generator) -> None:
-    torch.set_rng_state(state["torch"])
+def _set_rng_state(state: dict[str, Any], loader_gen: torch.Generator,
+                   device: torch.device | None = None) -> None:
+    # a checkpoint loaded with map_location=<cuda> has its state tensors on the GPU: the CPU
+    # generators (and numpy) take CPU byte tensors only
+    torch.set_rng_state(state["torch"].cpu())
     version, internal, gauss = state["python"]
     random.setstate((version, tuple(internal), gauss))
     kind, keys, pos, has_gauss, cached = state["numpy"]
-    np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
-    loader_gen.set_state(state["loader"])
+    np.random.set_state((kind, keys.cpu().numpy().astype(np.uint32), pos, has_gauss, cached))
+    loader_gen.set_state(state["loader"].cpu())
+    if device is not None and device.type == "cuda" and "cuda" in state:
+        torch.cuda.set_rng_state(state["cuda"].cpu(), device)
 
 
 #: config keys that do not change what is trained (a run may be resumed with other values)
@@ -217,7 +225,7 @@ class Trainer:
             "version": CHECKPOINT_VERSION, "config": self.cfg, "seed": self.seed,
             "epoch": self.epoch, "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
-            "baseline": self.baseline.state_dict(), "rng": _rng_state(self.loader_gen),
+            "baseline": self.baseline.state_dict(), "rng": _rng_state(self.loader_gen, self.device),
             "history": self.history, "best": self.best, "elapsed": self.elapsed,
         }
 
@@ -242,7 +250,7 @@ class Trainer:
         self.optimizer.load_state_dict(ck["optimizer"])
         self.scheduler.load_state_dict(ck["scheduler"])
         self.baseline.load_state_dict(ck["baseline"])
-        _set_rng_state(ck["rng"], self.loader_gen)
+        _set_rng_state(ck["rng"], self.loader_gen, self.device)
         self.epoch, self.history, self.best = ck["epoch"], ck["history"], ck["best"]
         self.elapsed = ck["elapsed"]
         return True
@@ -274,6 +282,22 @@ class Trainer:
             loss = loss + cfg["pg_weight"] * self.baseline.loss(terms, rewards)
         return loss, task_value, out
 
+    def train_step(self, batch: Any, mask: Tensor | None = None) -> tuple[float, float, Tensor]:
+        """One optimizer step on ``batch`` (already on the device): forward, the objective,
+        backward, gradient clipping, the optimizer. Returns ``(task loss, objective, predictions)``;
+        a non-finite objective raises :class:`FloatingPointError` before any parameter changes.
+        One device-to-host transfer (the two losses, for the check and the logs)."""
+        self.optimizer.zero_grad(set_to_none=True)
+        loss, task_value, out = self._step_loss(batch, mask)
+        task_f, objective_f = torch.stack([task_value.detach(), loss.detach()]).tolist()
+        if not math.isfinite(objective_f):
+            raise FloatingPointError(f"non-finite training loss at epoch {self.epoch + 1}")
+        loss.backward()
+        if self.cfg["grad_clip"]:
+            nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg["grad_clip"])
+        self.optimizer.step()
+        return task_f, objective_f, out
+
     def _train_batches(self) -> tuple[Any, int]:
         """``(iterable of (batch, mask), steps per epoch)``."""
         task, cfg = self.task, self.cfg
@@ -297,23 +321,13 @@ class Trainer:
         ``self.last_objective`` and the task metric on the training batches (as the model was
         when it saw each batch, in training mode) in ``self.last_train_metric``."""
         self.model.train()
-        cfg = self.cfg
         losses, objectives = [], []
         outs, ys = [], []
         batches, _ = self._train_batches()
         for batch, mask in batches:
             batch = batch.to(self.device)
             mask = None if mask is None else mask.to(self.device)
-            self.optimizer.zero_grad(set_to_none=True)
-            loss, task_value, out = self._step_loss(batch, mask)
-            # one device-to-host transfer for the check and the logs
-            task_f, objective_f = torch.stack([task_value.detach(), loss.detach()]).tolist()
-            if not math.isfinite(objective_f):
-                raise FloatingPointError(f"non-finite training loss at epoch {self.epoch + 1}")
-            loss.backward()
-            if cfg["grad_clip"]:
-                nn.utils.clip_grad_norm_(self.model.parameters(), cfg["grad_clip"])
-            self.optimizer.step()
+            task_f, objective_f, out = self.train_step(batch, mask)
             losses.append(task_f)
             objectives.append(objective_f)
             y = batch.y

@@ -3,6 +3,10 @@
 Outputs and gradients (q, k, v, bias, weight) on random, local, power-law and per-head edge sets
 with isolated targets, duplicate edges and self-loops; gradcheck; bit-identical results across runs
 and thread counts; the cached graph layout; EdgeAttention's dispatch, dropout and fallback.
+
+The helpers take a ``device``: graphs and inputs are drawn on the CPU (the same values everywhere)
+and moved there; the float64 oracle always runs on CPU copies and results are compared on the CPU.
+The layer tests also run on CUDA (``device`` fixture), where the fused path is the Triton kernel.
 """
 
 from __future__ import annotations
@@ -102,14 +106,16 @@ def naive_attention(q, k, v, src, dst, head, bias, weight, scale, N, softmax=Tru
     return torch.stack(outs, 1)
 
 
-def inputs(N, H, C, E, *, dtype=torch.float64, seed=0, bias_dims=2, weight_dims=1):
+def inputs(N, H, C, E, *, dtype=torch.float64, seed=0, bias_dims=2, weight_dims=1, device="cpu"):
+    """Random leaves ``q, k, v [N, H, C]``, ``bias``, ``weight`` (positive) on ``device``; drawn
+    on the CPU, so every device gets the same values."""
     g = torch.Generator().manual_seed(seed)
 
     def rnd(*shape, positive=False):
         t = torch.rand(*shape, generator=g, dtype=dtype) + 0.5 if positive else torch.randn(
             *shape, generator=g, dtype=dtype
         )
-        return t.requires_grad_()
+        return t.to(device).requires_grad_()
 
     q, k, v = rnd(N, H, C), rnd(N, H, C), rnd(N, H, C)
     bias = None if bias_dims == 0 else rnd(*((E, H) if bias_dims == 2 else (E,)))
@@ -135,10 +141,11 @@ def fused_per_head(q, k, v, graph, bias, weight, scale, softmax=True, backend=No
 
 
 def run_both(kind, *, dtype, C, bias_dims, weight_dims, softmax=True, seed=0, graphs=None, H=3,
-             isolated=2, backend=None):
-    """The fused kernel (``backend``: default for the device, or ``"triton"``) and the float64
-    oracle on graph ``kind`` of ``graphs`` (default :data:`GRAPHS`) with ``isolated`` extra nodes:
-    ``(out, ref, grads, ref_grads, dst, head, N)``."""
+             isolated=2, backend=None, device="cpu"):
+    """The fused kernel (``backend``: default for the device, or ``"triton"``) on ``device`` and the
+    float64 oracle (on the CPU) on graph ``kind`` of ``graphs`` (default :data:`GRAPHS`) with
+    ``isolated`` extra nodes: ``(out, ref, grads, ref_grads, dst, head, N)``, all on the CPU
+    (``dst``, ``head``: the CPU graph)."""
     src, dst, head = (GRAPHS if graphs is None else graphs)[kind]()
     N = int(max(src.max(), dst.max())) + 1 + isolated
     if head is not None:
@@ -146,33 +153,36 @@ def run_both(kind, *, dtype, C, bias_dims, weight_dims, softmax=True, seed=0, gr
         weight_dims = min(weight_dims, 1)
     E = src.numel()
     q, k, v, bias, weight = inputs(N, H, C, E, dtype=dtype, seed=seed, bias_dims=bias_dims,
-                                   weight_dims=weight_dims)
+                                   weight_dims=weight_dims, device=device)
     if not softmax:
         q = k = bias = None
     scale = C**-0.5
-    graph = build_graph(torch.stack([src, dst]), N, N, head=head, num_heads=H)
+    graph = build_graph(torch.stack([src, dst]).to(device), N, N,
+                        head=None if head is None else head.to(device), num_heads=H)
     if head is None:
         out = fused_attention(q, k, v, graph, bias=bias, weight=weight, scale=scale, softmax=softmax,
                               backend=backend)
     else:
         out = fused_per_head(q, k, v, graph, bias, weight, scale, softmax, backend)
+    assert out.device == v.device
     leaves = [t for t in (q, k, v, bias, weight) if t is not None]
-    ref_leaves = [t.detach().double().requires_grad_() for t in leaves]
+    ref_leaves = [t.detach().cpu().double().requires_grad_() for t in leaves]
     it = iter(ref_leaves)
     rq, rk, rv, rb, rw = (next(it) if t is not None else None for t in (q, k, v, bias, weight))
     ref = naive_attention(rq, rk, rv, src, dst, head, rb, rw, scale, N, softmax)
     go = torch.randn(out.shape, generator=torch.Generator().manual_seed(9), dtype=torch.float64)
-    grads = torch.autograd.grad(out, leaves, go.to(dtype))
+    grads = torch.autograd.grad(out, leaves, go.to(dtype).to(device))
+    assert all(g.device == v.device for g in grads)
     ref_grads = torch.autograd.grad(ref, ref_leaves, go)
-    return out, ref, grads, ref_grads, dst, head, N
+    return out.cpu(), ref, [g.cpu() for g in grads], ref_grads, dst, head, N
 
 
 @pytest.mark.parametrize("kind", list(GRAPHS))
 @pytest.mark.parametrize("C", [16, 5])
 @pytest.mark.parametrize("bias_dims,weight_dims", [(2, 1), (1, 2), (0, 0)])
-def test_float64_outputs_and_gradients_match_reference(kind, C, bias_dims, weight_dims):
+def test_float64_outputs_and_gradients_match_reference(kind, C, bias_dims, weight_dims, device):
     out, ref, grads, ref_grads, dst, _, N = run_both(
-        kind, dtype=torch.float64, C=C, bias_dims=bias_dims, weight_dims=weight_dims
+        kind, dtype=torch.float64, C=C, bias_dims=bias_dims, weight_dims=weight_dims, device=device
     )
     torch.testing.assert_close(out, ref, rtol=1e-10, atol=1e-12)
     for g, r in zip(grads, ref_grads, strict=True):
@@ -184,28 +194,28 @@ def test_float64_outputs_and_gradients_match_reference(kind, C, bias_dims, weigh
 
 
 @pytest.mark.parametrize("kind", list(GRAPHS))
-def test_float32_matches_float64_reference(kind):
+def test_float32_matches_float64_reference(kind, device):
     out, ref, grads, ref_grads, *_ = run_both(kind, dtype=torch.float32, C=16, bias_dims=2,
-                                              weight_dims=1)
+                                              weight_dims=1, device=device)
     torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-5)
     for g, r in zip(grads, ref_grads, strict=True):
         torch.testing.assert_close(g.double(), r, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("kind", ["random", "per_head"])
-def test_weighted_mode_matches_reference(kind):
+def test_weighted_mode_matches_reference(kind, device):
     out, ref, grads, ref_grads, *_ = run_both(kind, dtype=torch.float64, C=4, bias_dims=0,
-                                              weight_dims=1, softmax=False)
+                                              weight_dims=1, softmax=False, device=device)
     torch.testing.assert_close(out, ref, rtol=1e-10, atol=1e-12)
     for g, r in zip(grads, ref_grads, strict=True):
         torch.testing.assert_close(g, r, rtol=1e-10, atol=1e-12)
 
 
-def test_gradcheck_small_graph():
+def test_gradcheck_small_graph(device):
     src, dst = random_graph(7, 14, seed=5, isolated=1)
     N, H, C, E = 7, 2, 3, src.numel()
-    graph = build_graph(torch.stack([src, dst]), N, N)
-    q, k, v, bias, weight = inputs(N, H, C, E, bias_dims=2, weight_dims=1, seed=1)
+    graph = build_graph(torch.stack([src, dst]).to(device), N, N)
+    q, k, v, bias, weight = inputs(N, H, C, E, bias_dims=2, weight_dims=1, seed=1, device=device)
 
     def fn(q, k, v, bias, weight):
         return fused_attention(q, k, v, graph, bias=bias, weight=weight)
@@ -213,8 +223,10 @@ def test_gradcheck_small_graph():
     assert torch.autograd.gradcheck(fn, (q, k, v, bias, weight))
 
     ph_src, ph_dst, ph_head = per_head_graph(6, 12, H, seed=6)
-    ph = build_graph(torch.stack([ph_src, ph_dst]), 6, 6, head=ph_head, num_heads=H)
-    q, k, v, bias, weight = inputs(6, H, C, ph_src.numel(), bias_dims=1, weight_dims=1, seed=2)
+    ph = build_graph(torch.stack([ph_src, ph_dst]).to(device), 6, 6, head=ph_head.to(device),
+                     num_heads=H)
+    q, k, v, bias, weight = inputs(6, H, C, ph_src.numel(), bias_dims=1, weight_dims=1, seed=2,
+                                   device=device)
     assert torch.autograd.gradcheck(
         lambda q, k, v, b, w: fused_per_head(q, k, v, ph, b, w, 0.7), (q, k, v, bias, weight)
     )
@@ -254,16 +266,16 @@ def test_bit_identical_across_runs_and_thread_counts(H):
     assert bool(graph._blocked) == blocked
 
 
-def test_empty_graph_and_no_nodes():
-    ei = torch.empty(2, 0, dtype=torch.long)
+def test_empty_graph_and_no_nodes(device):
+    ei = torch.empty(2, 0, dtype=torch.long, device=device)
     graph = build_graph(ei, 4, 4)
-    q, k, v, *_ = inputs(4, 2, 3, 0, bias_dims=0, weight_dims=0)
+    q, k, v, *_ = inputs(4, 2, 3, 0, bias_dims=0, weight_dims=0, device=device)
     out = fused_attention(q, k, v, graph)
-    assert torch.equal(out, torch.zeros(4, 2, 3, dtype=torch.float64))
+    assert torch.equal(out, torch.zeros(4, 2, 3, dtype=torch.float64, device=device))
     out.sum().backward()
     assert torch.equal(q.grad, torch.zeros_like(q)) and torch.equal(v.grad, torch.zeros_like(v))
     none = build_graph(ei, 0, 0)
-    empty = torch.empty(0, 2, 3, dtype=torch.float64)
+    empty = torch.empty(0, 2, 3, dtype=torch.float64, device=device)
     assert fused_attention(empty, empty, empty, none).shape == (0, 2, 3)
 
 
@@ -353,21 +365,23 @@ def layer_edge_sets(N, H):
 
 
 @pytest.mark.parametrize("name", ["shared", "per_head", "virtual", "weighted"])
-def test_layer_fused_equals_reference(name):
+def test_layer_fused_equals_reference(name, device):
+    """Both layers on ``device`` (on CUDA the fused path is the Triton kernel); compared on the CPU."""
     N, H = 20, 3
-    es = layer_edge_sets(N, H)[name]
+    es = layer_edge_sets(N, H)[name].to(device)
     mode = "weighted" if name == "weighted" else "attention"
-    fused_layer, ref_layer = twin_layers(H=H, mode=mode)
+    fused_layer, ref_layer = (layer.to(device) for layer in twin_layers(H=H, mode=mode))
     x = torch.randn(N, 6, generator=torch.Generator().manual_seed(13), dtype=torch.float64)
     results = []
     for layer in (fused_layer, ref_layer):
-        xx = x.clone().requires_grad_()
+        xx = x.to(device).requires_grad_()
         fields = {f: getattr(es, f).clone().requires_grad_() for f in ("bias", "weight")
                   if getattr(es, f) is not None}
         out, (ei, alpha) = layer(xx, es.replace(**fields), return_attention_weights=True)
         out.pow(2).sum().backward()
         grads = [xx.grad, *(t.grad for t in fields.values()), *(p.grad for p in layer.parameters())]
-        results.append((out, ei, alpha, grads))
+        assert all(t.device.type == device for t in (out, ei, alpha, *grads))
+        results.append((out.cpu(), ei.cpu(), alpha.cpu(), [g.cpu() for g in grads]))
     (out, ei, alpha, grads), (rout, rei, ralpha, rgrads) = results
     torch.testing.assert_close(out, rout, rtol=1e-10, atol=1e-12)
     assert torch.equal(ei, rei)
@@ -406,23 +420,26 @@ def test_auto_uses_fused_kernel_where_it_applies(monkeypatch):
         EdgeAttention(6, 4, kernel="triton")
 
 
-def test_dropout_is_a_post_softmax_mask():
-    """Training-mode dropout = the reference with weight * mask / (1 - p) for the same mask."""
+def test_dropout_is_a_post_softmax_mask(device):
+    """Training-mode dropout = the reference with weight * mask / (1 - p) for the same mask (drawn
+    on ``device`` from the global RNG, reseeded alike)."""
     N, H, p = 15, 2, 0.4
-    fused_layer, ref_layer = twin_layers(H=H, dropout=p)
+    fused_layer, ref_layer = (layer.to(device) for layer in twin_layers(H=H, dropout=p))
     src, dst = random_graph(N, 60, seed=15)
-    w = torch.rand(src.numel(), dtype=torch.float64)
-    es = EdgeSet(torch.stack([src, dst]), num_heads=H, weight=w)
-    x = torch.randn(N, 6, dtype=torch.float64)
+    g = torch.Generator().manual_seed(16)
+    w = torch.rand(src.numel(), generator=g, dtype=torch.float64).to(device)
+    es = EdgeSet(torch.stack([src, dst]).to(device), num_heads=H, weight=w)
+    x = torch.randn(N, 6, generator=g, dtype=torch.float64).to(device)
     torch.manual_seed(123)
     out = fused_layer.train()(x, es)
     torch.manual_seed(123)
     mask = fused.dropout_mask(src.numel(), H, p, x)
+    assert mask.device.type == out.device.type == device
     assert (mask == 0).any() and (mask > 1).any()
     ref = ref_layer.eval()(x, es.replace(weight=w[:, None] * mask))
-    torch.testing.assert_close(out, ref, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(out.cpu(), ref.cpu(), rtol=1e-10, atol=1e-12)
     # eval mode: no dropout
-    torch.testing.assert_close(fused_layer.eval()(x, es), ref_layer.eval()(x, es))
+    torch.testing.assert_close(fused_layer.eval()(x, es).cpu(), ref_layer.eval()(x, es).cpu())
 
 
 def test_missing_compiler_falls_back_to_reference_with_one_warning(monkeypatch):
@@ -451,21 +468,24 @@ def test_missing_compiler_falls_back_to_reference_with_one_warning(monkeypatch):
 
 @pytest.mark.parametrize("H", [3, 4])
 @pytest.mark.parametrize("wanted", [("k",), ("v",), ("k", "v"), ("q",), ("bias",)])
-def test_gradients_of_some_inputs_only(H, wanted):
-    """Only some inputs need gradients (H = 3: general kernel, H = 4: blocked one): the passes that
-    run give the reference's gradients (without a destination pass, Dterm comes from dO . o)."""
+def test_gradients_of_some_inputs_only(H, wanted, device):
+    """Only some inputs need gradients (CPU, H = 3: general kernel, H = 4: blocked one; CUDA: the
+    Triton kernel): the passes that run give the reference's gradients (without a destination
+    pass, Dterm comes from dO . o)."""
     src, dst = power_law_graph(60, 500, seed=2)
     N, C = 60, 8
-    graph = build_graph(torch.stack([src, dst]), N, N)
-    q, k, v, bias, _ = inputs(N, H, C, src.numel(), dtype=torch.float32, seed=5, weight_dims=0)
+    graph = build_graph(torch.stack([src, dst]).to(device), N, N)
+    q, k, v, bias, _ = inputs(N, H, C, src.numel(), dtype=torch.float32, seed=5, weight_dims=0,
+                              device=device)
     leaves = {"q": q, "k": k, "v": v, "bias": bias}
     for name, t in leaves.items():
         t.requires_grad_(name in wanted)
     out = fused_attention(q, k, v, graph, bias=bias)
     go = torch.randn(out.shape, generator=torch.Generator().manual_seed(9))
     chosen = [t for t in leaves.values() if t.requires_grad]
-    grads = torch.autograd.grad(out, chosen, go)
-    ref_leaves = {n: t.detach().double().requires_grad_(t.requires_grad) for n, t in leaves.items()}
+    grads = [g.cpu() for g in torch.autograd.grad(out, chosen, go.to(device))]
+    ref_leaves = {n: t.detach().cpu().double().requires_grad_(t.requires_grad)
+                  for n, t in leaves.items()}
     ref = naive_attention(ref_leaves["q"], ref_leaves["k"], ref_leaves["v"], src, dst, None,
                           ref_leaves["bias"], None, C**-0.5, N)
     ref_grads = torch.autograd.grad(ref, [t for t in ref_leaves.values() if t.requires_grad],
