@@ -13,7 +13,14 @@ import json
 from typing import Any
 
 from graphattn.runner.choices import CONV_NAMES, MODEL_NAMES, PRODUCER_NAMES, TASK_NAMES
-from graphattn.runner.config import DEFAULTS, default_out, load_config_file, resolve_config
+from graphattn.runner.config import (
+    DEFAULTS,
+    ConfigError,
+    check_device,
+    default_out,
+    load_config_file,
+    resolve_config,
+)
 
 EPILOG = f"""\
 producers: {", ".join(PRODUCER_NAMES)}
@@ -127,7 +134,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     o.add_argument("--pg-momentum", type=float, metavar="M",
                    help="momentum of the REINFORCE moving-average baseline" + _d("pg_momentum"))
     o.add_argument("--patience", type=int, metavar="N",
-                   help="stop after this many epochs without a better validation metric"
+                   help="stop after this many epochs without a better validation metric (0: never)"
                         + _d("patience"))
     o.add_argument("--eval-every", type=int, metavar="N", help="evaluate every N epochs"
                    + _d("eval_every"))
@@ -157,14 +164,31 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def config_from_args(args: argparse.Namespace) -> dict[str, Any]:
     """The run's configuration: the ``--config`` file, then the options given on the command line;
-    ``out`` defaults to :func:`~graphattn.runner.config.default_out`."""
+    ``out`` defaults to :func:`~graphattn.runner.config.default_out`. Every value is checked here,
+    before any data is loaded: a bad one raises a ``ValueError`` naming the option (``--lr``) or,
+    where it came from the file, the key and the file."""
     cfg: dict[str, Any] = load_config_file(args.config) if args.config else {}
+    unknown = sorted(set(cfg) - set(DEFAULTS))
+    if unknown:
+        raise ValueError(f"config file {args.config}: unknown key(s) {unknown}; known: "
+                         f"{sorted(DEFAULTS)}")
+    given = set()
     for key in DEFAULTS:
         value = getattr(args, key, None)
         if value is not None:
             cfg[key] = value
+            given.add(key)
+    try:
+        resolved = resolve_config(cfg)
+        check_device(resolved["device"])
+    except ConfigError as exc:
+        if exc.key in given:
+            raise ConfigError(exc.key, exc.problem, f"--{exc.key.replace('_', '-')}") from None
+        if exc.key in cfg and args.config:
+            raise ConfigError(exc.key, f"{exc.problem} (in config file {args.config})") from None
+        raise
     if not cfg.get("out"):
-        cfg["out"] = default_out(resolve_config(cfg))
+        cfg["out"] = default_out(resolved)
     return cfg
 
 

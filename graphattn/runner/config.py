@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import copy
 import json
+import math
+import os
+import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import tomllib
+
+from graphattn.runner.choices import TASK_NAMES
 
 DEFAULTS: dict[str, Any] = {
     # what
@@ -115,7 +121,10 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
         raise ValueError(f"config file must be .toml or .json, got {path.name!r}")
     if not path.is_file():
         raise ValueError(f"config file {path} does not exist")
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ValueError(f"config file {path} is not UTF-8 text") from None
     try:
         cfg = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
     except ValueError as exc:  # tomllib.TOMLDecodeError and json.JSONDecodeError
@@ -126,26 +135,147 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
     return cfg
 
 
+class ConfigError(ValueError):
+    """A config value of the wrong type or out of range; ``key`` names it and ``problem`` says
+    what it must be and what it got (the message is ``'key' problem``, or ``name problem`` where
+    the command line names the option: ``--lr``)."""
+
+    def __init__(self, key: str, problem: str, name: str | None = None) -> None:
+        self.key, self.problem = key, problem
+        super().__init__(f"{name or repr(key)} {problem}")
+
+
+def _int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)  # bool is an int subclass: refused
+
+
+def _num(v: Any) -> bool:
+    return (isinstance(v, (int, float)) and not isinstance(v, bool)) and math.isfinite(v)
+
+
+def _optional(check: Callable[[Any], bool]) -> Callable[[Any], bool]:
+    return lambda v: v is None or check(v)
+
+
+def _name(v: Any) -> bool:
+    return isinstance(v, str) and v.strip() != ""
+
+
+def _options(v: Any) -> bool:
+    return isinstance(v, dict) and all(isinstance(k, str) for k in v)
+
+
+DEVICE_FORMS = "'cpu', 'cuda' or 'cuda:N'"
+_DEVICE = re.compile(r"cpu|cuda(:\d+)?")
+
+_POS_INT = (lambda v: _int(v) and v >= 1, "a positive int")
+_NONNEG_INT = (lambda v: _int(v) and v >= 0, "a non-negative int")
+_POS_NUM = (lambda v: _num(v) and v > 0, "a positive number")
+_NONNEG_NUM = (lambda v: _num(v) and v >= 0, "a non-negative number")
+_PROB = (lambda v: _num(v) and 0 <= v < 1, "a number in [0, 1)")
+_BOOL = (lambda v: isinstance(v, bool), "true or false")
+_OPTIONS = (_options, "a table/object of options (e.g. {\"k\": 32})")
+_PATH = (_optional(lambda v: isinstance(v, (str, os.PathLike))), "a folder path")
+
+#: every key of :data:`DEFAULTS`: (check, what it must be); :func:`resolve_config` refuses a value
+#: the check rejects with ``'key' must be <what>, got <value>``
+SCHEMA: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "task": (_name, f"a task name ({', '.join(TASK_NAMES)})"),
+    "task_kwargs": _OPTIONS,
+    "producer": (lambda v: v is None or isinstance(v, (str, dict, list)),
+                 "a producer name, a table/object or a list"),
+    "producer_kwargs": _OPTIONS,
+    "conv": (_optional(_name), "a conv name or 'none'"),
+    "model": (_name, "a model name"),
+    "model_kwargs": _OPTIONS,
+    "layers": _POS_INT,
+    "hidden": _POS_INT,
+    "heads": _POS_INT,
+    "dropout": _PROB,
+    "attn_dropout": _PROB,
+    "input_dropout": _PROB,
+    "norm": (_optional(_name), "a norm name or 'none'"),
+    "norm_first": _BOOL,
+    "ffn_ratio": _POS_INT,
+    "act": (_name, "an activation name"),
+    "node_encoder": (_name, "an encoder name (default, none, linear, atom or embedding)"),
+    "residual": _BOOL,
+    "ffn": _BOOL,
+    "head_layers": _NONNEG_INT,
+    "pe": (_optional(_name), "a positional-encoding name or 'none'"),
+    "pe_dim": _POS_INT,
+    "optimizer": (lambda v: v in ("adam", "adamw"), "'adam' or 'adamw'"),
+    "epochs": _POS_INT,
+    "lr": _POS_NUM,
+    "weight_decay": _NONNEG_NUM,
+    "batch_size": _POS_INT,
+    "scheduler": (lambda v: v in ("none", "cosine"), "'none' or 'cosine'"),
+    "warmup_epochs": _NONNEG_INT,
+    "grad_clip": (_optional(_NONNEG_NUM[0]), "a non-negative number (0 or left out: no clipping)"),
+    "aux_weight": _NONNEG_NUM,
+    "pg_weight": _NONNEG_NUM,
+    "pg_momentum": _PROB,
+    "seeds": (lambda v: isinstance(v, list) and len(v) > 0 and all(_int(s) for s in v),
+              "a non-empty list of int seeds"),
+    "out": _PATH,
+    "data_root": _PATH,
+    "device": (lambda v: isinstance(v, str) and _DEVICE.fullmatch(v) is not None, DEVICE_FORMS),
+    "time_budget": (_optional(_POS_NUM[0]), "a positive number of minutes (leave it out for none)"),
+    "eval_every": _POS_INT,
+    "patience": (_optional(_NONNEG_INT[0]), "a non-negative int (0 or left out: no early stopping)"),
+    "resume": _BOOL,
+    "overwrite": _BOOL,
+    "progress": _BOOL,
+    "threads": (_optional(_POS_INT[0]), "a positive int (leave it out for torch's choice)"),
+}
+
+
+def check_config(cfg: dict[str, Any]) -> None:
+    """Raises :class:`ConfigError` for the first value of ``cfg`` that :data:`SCHEMA` refuses."""
+    for key, value in cfg.items():
+        check, expected = SCHEMA[key]
+        if not check(value):
+            raise ConfigError(key, f"must be {expected}, got {value!r}")
+
+
+def check_device(device: str) -> None:
+    """Raises :class:`ConfigError` for a CUDA device this machine does not have (torch is imported
+    only for a CUDA device). Not part of :func:`resolve_config`: a run trained on a GPU is still
+    restored (``graphattn viz``) on a machine without one; the command line checks before a run."""
+    if not device.startswith("cuda"):
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        raise ConfigError("device", f"is {device!r} but no CUDA device is available here; use 'cpu'")
+    count = torch.cuda.device_count()
+    if int(device.partition(":")[2] or 0) >= count:
+        raise ConfigError("device", f"is {device!r} but this machine has {count} CUDA device(s) "
+                                    f"(cuda:0 to cuda:{count - 1})")
+
+
 def resolve_config(overrides: dict[str, Any]) -> dict[str, Any]:
-    """Defaults ← task defaults ← ``overrides`` (``None`` values in overrides are ignored)."""
+    """Defaults ← task defaults ← ``overrides`` (``None`` values in overrides are ignored), checked
+    against :data:`SCHEMA` (:class:`ConfigError`, a ``ValueError``, names the first bad key) and
+    ``task_kwargs`` against the options the task's builder takes; nothing is loaded or trained."""
     unknown = sorted(set(overrides) - set(DEFAULTS))
     if unknown:
         raise ValueError(f"unknown config key(s) {unknown}; known: {sorted(DEFAULTS)}")
     task = overrides.get("task") or DEFAULTS["task"]
+    if not _name(task):
+        raise ConfigError("task", f"must be {SCHEMA['task'][1]}, got {task!r}")
     cfg = copy.deepcopy(DEFAULTS)
     cfg.update(copy.deepcopy(TASK_DEFAULTS.get(task, {})))
     cfg.update({k: copy.deepcopy(v) for k, v in overrides.items() if v is not None})
-    if isinstance(cfg["seeds"], int):
+    if _int(cfg["seeds"]):
         cfg["seeds"] = [cfg["seeds"]]
-    if not cfg["seeds"]:
-        raise ValueError("'seeds' must name at least one seed")
-    for key in ("epochs", "layers", "hidden", "heads", "batch_size"):
-        if not isinstance(cfg[key], int) or cfg[key] < 1:
-            raise ValueError(f"'{key}' must be a positive int, got {cfg[key]!r}")
-    if cfg["optimizer"] not in ("adam", "adamw"):
-        raise ValueError(f"'optimizer' must be 'adam' or 'adamw', got {cfg['optimizer']!r}")
-    if cfg["scheduler"] not in ("none", "cosine"):
-        raise ValueError(f"'scheduler' must be 'none' or 'cosine', got {cfg['scheduler']!r}")
+    elif isinstance(cfg["seeds"], tuple):
+        cfg["seeds"] = list(cfg["seeds"])
+    check_config(cfg)
+    if task not in TASK_NAMES or cfg["task_kwargs"]:  # a task registered by the user, or options
+        from graphattn.runner.tasks import check_task_options  # imports torch
+
+        check_task_options(task, cfg["task_kwargs"])
     return cfg
 
 

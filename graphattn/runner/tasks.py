@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -229,6 +230,38 @@ TASKS: dict[str, Callable[..., Task]] = {
 }
 
 
+#: task options every task accepts: ``limit`` (:func:`build_task`'s own) and ``progress`` (the
+#: runner passes it to every builder; those without a progress bar ignore it)
+COMMON_TASK_OPTIONS = ("limit", "progress")
+
+
+def task_options(name: str) -> tuple[str, ...] | None:
+    """The options task ``name`` accepts (its builder's keyword parameters after ``name`` and
+    ``root``, plus :data:`COMMON_TASK_OPTIONS`); ``None`` for a builder taking any ``**kwargs``
+    (a catch-all named ``_``, as the built-in builders have, accepts nothing more)."""
+    params = list(inspect.signature(TASKS[name]).parameters.values())[2:]
+    names = set(COMMON_TASK_OPTIONS)
+    for p in params:
+        if p.kind is p.VAR_KEYWORD:
+            if p.name != "_":
+                return None
+        elif p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
+            names.add(p.name)
+    return tuple(sorted(names))
+
+
+def check_task_options(name: str, options: dict[str, Any]) -> None:
+    """Refuses an unknown task and options the task does not take (``ValueError``)."""
+    if name not in TASKS:
+        raise ValueError(f"unknown task {name!r}; available: {', '.join(TASKS)}")
+    accepted = task_options(name)
+    unknown = [] if accepted is None else sorted(set(options) - set(accepted))
+    if unknown:
+        raise ValueError(f"unknown task option(s) {', '.join(map(repr, unknown))} for task "
+                         f"{name!r} (--task-kwargs / task_kwargs); it accepts: "
+                         f"{', '.join(accepted or ())}")
+
+
 def build_task(name: str, root: str | os.PathLike | None = None, limit: int | None = None,
                **kwargs: Any) -> Task:
     """The task ``name`` (see :data:`TASKS`); ``kwargs`` are task options (sizes, patch size...).
@@ -236,8 +269,7 @@ def build_task(name: str, root: str | os.PathLike | None = None, limit: int | No
     ``limit`` (a quick check on tiny data): graph tasks keep the first ``limit`` samples of every
     split; node tasks keep the subgraph induced by the first ``limit // 3`` (at least 1) training,
     validation and test nodes each."""
-    if name not in TASKS:
-        raise ValueError(f"unknown task {name!r}; available: {', '.join(TASKS)}")
+    check_task_options(name, kwargs)
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         raise ValueError(f"task option 'limit' must be a positive int, got {limit!r}")
     task = TASKS[name](name, root, **kwargs)

@@ -24,7 +24,7 @@ from graphattn.data.store import atomic_torch_save
 from graphattn.nn import GraphTransformer, get_model
 from graphattn.policy import ReinforceBaseline, per_graph_log_likelihood
 from graphattn.runner.checkpoint import load_checkpoint
-from graphattn.runner.config import producer_spec, resolve_config
+from graphattn.runner.config import check_device, producer_spec, resolve_config
 from graphattn.runner.metrics import METRICS
 from graphattn.runner.tasks import Task, build_task
 
@@ -582,6 +582,7 @@ def run_experiment(config: dict[str, Any]) -> dict[str, Any]:
     writes ``config.json``, ``results.jsonl``, ``summary.json``, ``summary.md`` and per-seed
     ``best.pt`` / ``last.pt`` checkpoints there."""
     cfg = resolve_config(config)
+    check_device(cfg["device"])
     if cfg["threads"]:
         torch.set_num_threads(int(cfg["threads"]))
     out_dir = Path(cfg["out"]) if cfg["out"] else None
