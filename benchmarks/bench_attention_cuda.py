@@ -57,9 +57,7 @@ def check(impl: str, cfg: dict[str, Any], t: dict[str, Any]) -> float | None:
     if head is None:
         ref = edge_attention(*ref_leaves, ei, N, bias=bias, weight=weight, scale=D**-0.5)[0]
     else:  # per-head edges: rows target * H + head with one head each
-        src, dst = ei
-        rows = torch.stack([src * H + head, dst * H + head])
-        qq, kk, vv = (x.reshape(N * H, 1, D) for x in ref_leaves)
+        rows, (qq, kk, vv) = ba.per_head_reference(*ref_leaves, ei, head, N)
         ref = edge_attention(qq, kk, vv, rows, N * H, bias=bias, weight=weight, scale=D**-0.5)[0]
     out = out.reshape(ref.shape)
     go = torch.randn(ref.shape, device=ref.device, dtype=torch.float64,

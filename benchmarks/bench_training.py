@@ -234,7 +234,7 @@ class PygGCN(nn.Module):
 
 
 # ----------------------------------------------------------------------------- steps
-def graphattn_step(cfg: dict[str, Any], task: Any, first: Any,
+def graphattn_step(cfg: dict[str, Any], task: Any,
                    device: torch.device) -> tuple[Callable[[Any], None], int]:
     """The runner's own training step for ``cfg`` (``Trainer.train_step``), and the parameter
     count."""
@@ -383,7 +383,7 @@ def run_suite(suite: str, args: argparse.Namespace, device: torch.device) -> lis
                 step, n_params = anchor_step(build_anchor(suite, what, task, batches[0]), task,
                                              batches[0], device)
             else:
-                step, n_params = graphattn_step(what, task, batches[0], device)
+                step, n_params = graphattn_step(what, task, device)
             res = time_step(step, batches, device, args.warmup, args.steps)
             row = {"suite": suite, "model": label, "params": n_params, **res}
         except Exception as exc:  # a failing model is a row, not the end of the run

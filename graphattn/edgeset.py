@@ -320,8 +320,6 @@ class EdgeSet:
                     f"'batch' must have shape [{num_nodes}] (one graph id per node), "
                     f"got {_shape(batch)}"
                 )
-            if batch.numel() and int(batch.min()) < 0:
-                raise ValueError("'batch' must hold non-negative graph ids")
         self._validate_indices(num_nodes, batch)
         return self
 
@@ -329,11 +327,15 @@ class EdgeSet:
         """All index checks with one device-to-host transfer (on a GPU each transfer stalls the
         host); the messages of a failed check read what they need afterwards."""
         ei = self.edge_index
+        check_batch = batch is not None and batch.numel() > 0
         if ei.numel() == 0:
+            if check_batch and int(batch.min()) < 0:  # type: ignore[union-attr]
+                raise ValueError("'batch' must hold non-negative graph ids")
             return
         src, dst = ei[0], ei[1]
         nv = self.num_virtual
-        stats = [dst.min(), dst.max(), src.min(), src.max()]
+        stats = [batch.min() if check_batch else dst.new_zeros(()),  # type: ignore[union-attr]
+                 dst.min(), dst.max(), src.min(), src.max()]
         if self.head is not None:
             stats += [self.head.min(), self.head.max()]
         real = bad = bad_virtual = None
@@ -348,7 +350,9 @@ class EdgeSet:
                 bad_virtual = (~real) & (vb >= 0) & (vb != batch[dst])
                 stats.append(bad_virtual.any())
         values = [int(v) for v in torch.stack([t.long() for t in stats]).tolist()]
-        dmin, dmax, smin, smax = values[:4]
+        bmin, dmin, dmax, smin, smax = values[:5]
+        if bmin < 0:
+            raise ValueError("'batch' must hold non-negative graph ids")
         if dmin < 0 or dmax >= num_nodes:
             raise ValueError(
                 f"'edge_index' targets (row 1) must lie in [0, {num_nodes}) (virtual sources are "
@@ -366,7 +370,7 @@ class EdgeSet:
                 f"'edge_index' sources must lie in [0, {num_nodes + nv}) ({num_nodes} nodes + "
                 f"{nv} virtual sources), got {smax}"
             )
-        rest = values[4:]
+        rest = values[5:]
         if self.head is not None:
             hmin, hmax, *rest = rest
             if hmin < 0 or hmax >= self.num_heads:

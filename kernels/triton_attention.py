@@ -250,11 +250,22 @@ def _field(t: Tensor | None, H: int, dummy: Tensor) -> tuple[Tensor, int, int, b
     return (t, 1, 0, True) if t.dim() == 1 else (t, H, 1, True)
 
 
+_SCALES: dict[tuple[float, torch.dtype, torch.device], Tensor] = {}
+
+
 def _scales(scale: float, acc_t: torch.dtype, device: torch.device) -> Tensor:
     """``[scale·log2(e), scale]`` in the accumulation dtype, read by the kernels from memory: a
     Python float argument reaches a compiled kernel as fp32 (the interpreter keeps it a Python
-    float), which would round the scale of float64 attention to single precision."""
-    return torch.tensor([scale * _LOG2E, scale], dtype=acc_t, device=device)
+    float), which would round the scale of float64 attention to single precision. Cached per
+    (scale, dtype, device): a host-to-device copy from pageable memory on every launch would make
+    the host wait for the device."""
+    key = (float(scale), acc_t, torch.device(device))
+    t = _SCALES.get(key)
+    if t is None:
+        if len(_SCALES) > 64:
+            _SCALES.clear()
+        t = _SCALES[key] = torch.tensor([scale * _LOG2E, scale], dtype=acc_t, device=device)
+    return t
 
 
 def _meta(v: Tensor) -> dict:

@@ -168,10 +168,6 @@ def config_from_args(args: argparse.Namespace) -> dict[str, Any]:
     before any data is loaded: a bad one raises a ``ValueError`` naming the option (``--lr``) or,
     where it came from the file, the key and the file."""
     cfg: dict[str, Any] = load_config_file(args.config) if args.config else {}
-    unknown = sorted(set(cfg) - set(DEFAULTS))
-    if unknown:
-        raise ValueError(f"config file {args.config}: unknown key(s) {unknown}; known: "
-                         f"{sorted(DEFAULTS)}")
     given = set()
     for key in DEFAULTS:
         value = getattr(args, key, None)

@@ -132,6 +132,9 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
     if not isinstance(cfg, dict):
         raise ValueError(f"config file {path} must hold a table/object of options, got "
                          f"{type(cfg).__name__}")
+    unknown = sorted(set(cfg) - set(DEFAULTS))
+    if unknown:
+        raise ValueError(f"config file {path}: unknown key(s) {unknown}; known: {sorted(DEFAULTS)}")
     return cfg
 
 
