@@ -87,7 +87,15 @@ def peptides_task(args: argparse.Namespace) -> Any:
     from graphattn.runner.tasks import Task, build_task
 
     if args.load_batches:
-        blob = torch.load(args.load_batches, weights_only=True)
+        from graphattn.data.store import DamagedCacheError, UnreadableDataError, load_cache
+
+        keys = {"meta", "x", "edge_index", "edge_attr", "y", "num_nodes", "num_edges"}
+        try:
+            blob = load_cache(args.load_batches, lambda b: isinstance(b, dict) and keys <= set(b),
+                              "the batches --save-batches writes", kind="--load-batches file",
+                              advice="write it again with --save-batches")
+        except (DamagedCacheError, UnreadableDataError) as exc:
+            raise SystemExit(str(exc)) from None
         meta = json.loads(blob["meta"])
         graphs = _unpack(blob)
         return Task(name=meta["name"], level="graph", modality="molecule", loss=meta["loss"],
@@ -104,6 +112,8 @@ def peptides_task(args: argparse.Namespace) -> Any:
 
 def _save(task: Any, path: str) -> None:
     """The graphs of ``task.splits["train"]`` as plain tensors (small integer dtypes)."""
+    from graphattn.data.store import atomic_torch_save
+
     graphs = task.splits["train"]
     meta = {"name": task.name, "loss": task.loss, "metric": task.metric,
             "out_channels": task.out_channels, "model_defaults": task.model_defaults}
@@ -116,8 +126,7 @@ def _save(task: Any, path: str) -> None:
         "num_nodes": torch.tensor([g.num_nodes for g in graphs]),
         "num_edges": torch.tensor([g.edge_index.size(1) for g in graphs]),
     }
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    torch.save(blob, path)
+    atomic_torch_save(blob, path)
     print(f"saved {len(graphs)} graphs to {path}", file=sys.stderr)
 
 

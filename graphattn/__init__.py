@@ -20,16 +20,20 @@ _EXPORTS = {
     "EdgeSet": "graphattn.edgeset",
     "GraphTransformer": "graphattn.nn",
     "HybridLayer": "graphattn.nn",
+    "MemoryBudgetError": "graphattn.memory",
     "OperatorEdgeSet": "graphattn.structured",
     "PermutationEdgeSet": "graphattn.structured",
     "ProducerContext": "graphattn.producers",
     "SharedSourceEdgeSet": "graphattn.structured",
+    "get_memory_budget": "graphattn.memory",
+    "memory_budget": "graphattn.memory",
     "origin_code": "graphattn.origins",
     "origin_name": "graphattn.origins",
+    "set_memory_budget": "graphattn.memory",
     "trace": "graphattn.tracing",
     "union_edge_sets": "graphattn.edgeset",
 }
-_SUBPACKAGES = ("producers", "nn", "data", "runner", "viz", "kernels")
+_SUBPACKAGES = ("producers", "nn", "data", "runner", "viz", "kernels", "memory")
 
 __all__ = [
     "AttentionTrace",
@@ -38,21 +42,27 @@ __all__ = [
     "EdgeSet",
     "GraphTransformer",
     "HybridLayer",
+    "MemoryBudgetError",
     "OperatorEdgeSet",
     "PermutationEdgeSet",
     "ProducerContext",
     "SharedSourceEdgeSet",
+    "get_memory_budget",
+    "memory",
+    "memory_budget",
     "origin_code",
     "origin_name",
     "producers",
+    "set_memory_budget",
     "trace",
     "union_edge_sets",
 ]
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
-    from graphattn import producers
+    from graphattn import memory, producers
     from graphattn.attention import EdgeAttention
     from graphattn.edgeset import EdgeSet, union_edge_sets
+    from graphattn.memory import MemoryBudgetError, get_memory_budget, memory_budget, set_memory_budget
     from graphattn.nn import GraphTransformer, HybridLayer
     from graphattn.origins import origin_code, origin_name
     from graphattn.producers import EdgeProducer, ProducerContext

@@ -21,7 +21,15 @@ from graphattn.kernels.fused import (
     unavailable_reason,
     unsupported_reason,
 )
-from graphattn.producers.base import EdgeProducer, ProducerContext
+from graphattn.memory import EDGE_BYTES, check_edges
+from graphattn.producers.base import (
+    EdgeProducer,
+    ProducerContext,
+    check_channels,
+    check_node_features,
+    check_positive_int,
+    check_rate,
+)
 
 KERNELS = ("auto", "reference", "fused")
 # whether kernel="auto" runs explicit edge sets on the fused kernel (else on the reference path)
@@ -52,7 +60,9 @@ class EdgeAttention(MessagePassing):
     (:mod:`graphattn.kernels.fused`: C++/OpenMP on CPU, Triton on CUDA; never an
     :math:`E \times H \times C` tensor) where it applies, else the reference path.
     ``kernel="reference"`` forces the explicit segment-softmax path on ``to_explicit()`` edges (the
-    oracle the fast paths are tested against).
+    oracle the fast paths are tested against). ``to_explicit()`` and the reference path's
+    :math:`E \times H \times C` messages are checked against the memory budget first
+    (:mod:`graphattn.memory`): too many edges raise a :class:`~graphattn.MemoryBudgetError`.
 
     Args:
         in_channels (int): input size, ``-1`` for lazy initialisation.
@@ -70,6 +80,8 @@ class EdgeAttention(MessagePassing):
             or no compiler), ``"fused"`` (explicit edges always on the fused kernel; a
             :class:`ValueError` where it cannot run them) or ``"reference"``.
         validate (bool): validate every edge set against the nodes and the batch (cheap, O(E)).
+            With ``False`` an out-of-range index still raises a :class:`ValueError` (from the
+            kernel that meets it), but an edge joining two graphs goes unnoticed.
         complex_output (str): for complex weights (operator edge sets): ``"real"`` keeps the real
             part, ``"complex"`` returns the complex result.
     """
@@ -97,12 +109,15 @@ class EdgeAttention(MessagePassing):
             raise ValueError(f"'mode' must be one of {MODES}, got {mode!r}")
         if kernel not in KERNELS:
             raise ValueError(f"'kernel' must be one of {KERNELS}, got {kernel!r}")
-        if not isinstance(heads, int) or heads < 1:
-            raise ValueError(f"'heads' must be a positive int, got {heads!r}")
-        if not isinstance(out_channels, int) or out_channels < 1:
-            raise ValueError(f"'out_channels' must be a positive int, got {out_channels!r}")
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"'dropout' must lie in [0, 1), got {dropout!r}")
+        # -1 is PyG's lazy width; 0 and other negative widths are refused (they used to be lazy)
+        check_channels("in_channels", in_channels)
+        check_positive_int("out_channels", out_channels)
+        check_positive_int("heads", heads)
+        check_channels("edge_dim", edge_dim, optional=True)
+        dropout = check_rate("dropout", dropout)
+        for flag, value in (("concat", concat), ("bias", bias), ("validate", validate)):
+            if not isinstance(value, bool):
+                raise ValueError(f"'{flag}' must be a bool, got {value!r}")
         if complex_output not in ("real", "complex"):
             raise ValueError(f"'complex_output' must be 'real' or 'complex', got {complex_output!r}")
         self.in_channels = in_channels
@@ -154,7 +169,9 @@ class EdgeAttention(MessagePassing):
         r"""Runs the layer.
 
         Args:
-            x: ``[N, F]`` node features.
+            x: ``[N, F]`` node features, no NaN/inf, of the layer's parameter dtype: another
+                floating-point dtype is refused with a :class:`ValueError` naming both (not cast;
+                under :func:`torch.autocast` the projections cast as usual).
             edges: an :class:`EdgeSet`, a plain ``edge_index [2, E]`` (an explicit edge set in the
                 layer's mode) or an :class:`EdgeProducer`, called here after the projections.
             batch: ``[N]`` graph of each node (default: one graph).
@@ -167,16 +184,18 @@ class EdgeAttention(MessagePassing):
             generator: random generator, passed to a producer.
         """
         H, C = self.heads, self.out_channels
-        x, batch = self._check_inputs(x, batch)
+        x, batch, num_graphs = self._check_inputs(x, batch)
         N = x.size(0)
         ctx = ProducerContext(
             x,
             batch,
+            num_graphs=num_graphs,
             num_heads=H,
             data=data,
             generator=generator,
             training=self.training,
             projections=self._projections(x),
+            validate=False,  # checked above
         )
         if isinstance(edges, EdgeProducer):
             es = edges(x, batch, context=ctx)
@@ -244,7 +263,15 @@ class EdgeAttention(MessagePassing):
                         need_alpha=need_alpha,
                     )
                 else:
-                    out, alpha = self._explicit(q, k_all, v_all, explicit, N)
+                    try:
+                        out, alpha = self._explicit(q, k_all, v_all, explicit, N)
+                    except IndexError as e:
+                        if self.validate:
+                            raise
+                        # validate=False skips the one-transfer index checks: name the culprit
+                        raise ValueError(f"'edge_index' holds a node index out of range (the layer "
+                                         f"was built with validate=False, which skips the index "
+                                         f"checks): {e}") from e
         if out.is_complex() and self.complex_output == "real":
             out = out.real
 
@@ -263,19 +290,10 @@ class EdgeAttention(MessagePassing):
         return out
 
     # ----------------------------------------------------------------- helpers
-    def _check_inputs(self, x: Tensor, batch: Tensor | None) -> tuple[Tensor, Tensor]:
-        if not isinstance(x, Tensor):
-            raise ValueError(f"'x' must be a torch.Tensor, got {type(x).__name__}")
-        if x.dim() != 2:
-            raise ValueError(f"'x' must be 2-D [N, F], got shape {list(x.shape)}")
-        if not x.is_floating_point():
-            raise ValueError(f"'x' must be a floating-point tensor, got {x.dtype}")
-        if self.in_channels > 0 and x.size(1) != self.in_channels:
-            raise ValueError(
-                f"'x' must have in_channels={self.in_channels} columns, got {x.size(1)}"
-            )
-        if x.numel() and not bool(torch.isfinite(x).all()):
-            raise ValueError("'x' contains NaN or infinite values")
+    def _check_inputs(self, x: Tensor, batch: Tensor | None) -> tuple[Tensor, Tensor, int | None]:
+        """``(x, batch, num_graphs)``; ``num_graphs`` is ``None`` without nodes. The value checks
+        (x finite, graph ids non-negative) and the graph count take one host read."""
+        check_node_features(x, self.in_channels, self)
         N = x.size(0)
         if batch is None:
             batch = torch.zeros(N, dtype=torch.long, device=x.device)
@@ -284,9 +302,15 @@ class EdgeAttention(MessagePassing):
             raise ValueError(f"'batch' must be 1-D with one graph id per node [{N}], got {shape}")
         elif batch.dtype != torch.long:
             raise ValueError(f"'batch' must have dtype torch.long, got {batch.dtype}")
-        elif N and int(batch.min()) < 0:
-            raise ValueError("'batch' must hold non-negative graph ids")
-        return x, batch
+        if not N:
+            return x, batch, None
+        finite, bmin, bmax = torch.stack(
+            [torch.isfinite(x).all().long(), batch.min(), batch.max()]).tolist()
+        if not finite:
+            raise ValueError("'x' contains NaN or infinite values")
+        if bmin < 0:
+            raise ValueError(f"'batch' must hold non-negative graph ids, got {bmin}")
+        return x, batch, bmax + 1
 
     def _check_edge_set(self, es: EdgeSet, x: Tensor, batch: Tensor) -> None:
         if es.num_heads != self.heads:
@@ -411,8 +435,17 @@ class EdgeAttention(MessagePassing):
     def _explicit(
         self, q: Tensor | None, k: Tensor | None, v: Tensor, es: EdgeSet, N: int
     ) -> tuple[Tensor, Tensor | None]:
-        """Reference path: ``propagate`` over destination-sorted (per-head: flattened) edges."""
+        """Reference path: ``propagate`` over destination-sorted (per-head: flattened) edges.
+
+        Memory guard (:mod:`graphattn.memory`): the path gathers :math:`q_i, k_j, v_j` and the
+        message for every edge and head (complex weights: a doubled message), checked against the
+        budget before anything is gathered."""
         H, C = self.heads, self.out_channels
+        Hm = 1 if es.per_head else H
+        check_edges(es.num_edges, bytes_per_edge=EDGE_BYTES + Hm * (5 * C + 4) * v.element_size(),
+                    what=f"EdgeAttention's reference path ({Hm} head(s) × {C} channels per edge)",
+                    how_to_lower="use the fused kernel (kernel='auto' or 'fused'; no edge_attr, no "
+                    "return_attention_weights) or fewer edges", device=v.device)
         perm, ptr, _rows = es.csr(N)
         src, dst = es.edge_index[0][perm], es.edge_index[1][perm]
         bias = None if es.bias is None else es.bias[perm]

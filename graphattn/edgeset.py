@@ -31,12 +31,13 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import torch
 from torch import Tensor
 
+from graphattn.memory import check_edges
 from graphattn.origins import origin_code
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -323,14 +324,22 @@ class EdgeSet:
         self._validate_indices(num_nodes, batch)
         return self
 
-    def _validate_indices(self, num_nodes: int, batch: Tensor | None) -> None:
+    def _validate_indices(self, num_nodes: int, batch: Tensor | None,
+                          checks: Sequence[tuple[Tensor, str]] = ()) -> None:
         """All index checks with one device-to-host transfer (on a GPU each transfer stalls the
-        host); the messages of a failed check read what they need afterwards."""
+        host); the messages of a failed check read what they need afterwards. ``checks``: more
+        ``(ok, message)`` pairs (``ok`` a 0-d bool tensor) read in the same transfer, a
+        :class:`ValueError` with ``message`` where ``ok`` is false (see :func:`check_graph_inputs`;
+        the structured subclasses do not take them)."""
         ei = self.edge_index
         check_batch = batch is not None and batch.numel() > 0
         if ei.numel() == 0:
-            if check_batch and int(batch.min()) < 0:  # type: ignore[union-attr]
-                raise ValueError("'batch' must hold non-negative graph ids")
+            if check_batch or checks:
+                first = batch.min() if check_batch else ei.new_zeros(())  # type: ignore[union-attr]
+                bmin, *oks = torch.stack([first, *(ok.long() for ok, _ in checks)]).tolist()
+                if bmin < 0:
+                    raise ValueError("'batch' must hold non-negative graph ids")
+                _raise_failed(checks, oks)
             return
         src, dst = ei[0], ei[1]
         nv = self.num_virtual
@@ -349,10 +358,15 @@ class EdgeSet:
                 vb = self.virtual_batch[(src - num_nodes).clamp(0, nv - 1)]
                 bad_virtual = (~real) & (vb >= 0) & (vb != batch[dst])
                 stats.append(bad_virtual.any())
+        stats += [ok for ok, _ in checks]
         values = [int(v) for v in torch.stack([t.long() for t in stats]).tolist()]
+        if checks:
+            values, oks = values[:-len(checks)], values[-len(checks):]
         bmin, dmin, dmax, smin, smax = values[:5]
         if bmin < 0:
             raise ValueError("'batch' must hold non-negative graph ids")
+        if checks:
+            _raise_failed(checks, oks)
         if dmin < 0 or dmax >= num_nodes:
             raise ValueError(
                 f"'edge_index' targets (row 1) must lie in [0, {num_nodes}) (virtual sources are "
@@ -585,8 +599,15 @@ def union_edge_sets(
     edges if any part is per-head. Missing ``bias`` / ``weight`` / ``edge_attr`` are filled with
     0 / 1 / 0, missing ``origin`` with ``"unknown"``. Virtual sources are concatenated and the source
     ids of later parts shifted accordingly. ``aux_loss`` values are summed and ``log_prob`` entries
-    concatenated. With ``coalesce=True`` duplicate edges are dropped, the first part winning.
+    concatenated. With ``coalesce=True`` duplicate edges are dropped, the first part winning. The
+    total edge count is checked against the memory budget (:mod:`graphattn.memory`) first.
     """
+    if isinstance(num_nodes, bool) or not isinstance(num_nodes, int) or num_nodes < 0:
+        # a wrong count would shift real sources as if they were virtual (sources >= num_nodes)
+        raise ValueError(f"'num_nodes' must be a non-negative int, got {num_nodes!r}")
+    if isinstance(edge_sets, (EdgeSet, Tensor)) or not isinstance(edge_sets, Sequence) or any(
+            not isinstance(e, EdgeSet) for e in edge_sets):
+        raise ValueError(f"'edge_sets' must be a sequence of EdgeSets, got {edge_sets!r:.80}")
     parts = [e.to_explicit() for e in edge_sets]
     if not parts:
         raise ValueError("'edge_sets' must contain at least one EdgeSet")
@@ -597,7 +618,12 @@ def union_edge_sets(
     if len(heads) > 1:
         raise ValueError(f"cannot unite edge sets with different num_heads {sorted(heads)}")
     H = heads.pop()
-    if any(p.per_head for p in parts) and H > 1:
+    expand = any(p.per_head for p in parts) and H > 1
+    # memory guard: the concatenated edges (head-shared parts expanded to every head)
+    check_edges(sum(p.num_edges * (H if expand and not p.per_head else 1) for p in parts),
+                what=f"the union of {len(parts)} edge sets", how_to_lower="use fewer or sparser parts",
+                device=parts[0].device)
+    if expand:
         parts = [p.expand_heads() for p in parts]
     per_head = parts[0].per_head
     dev = parts[0].device
@@ -678,6 +704,43 @@ def union_edge_sets(
         stats=stats,
     )
     return out.coalesce() if coalesce else out
+
+
+def _raise_failed(checks: Sequence[tuple[Tensor, str]], oks: Sequence[int]) -> None:
+    for (_, message), ok in zip(checks, oks, strict=True):
+        if not ok:
+            raise ValueError(message)
+
+
+def check_graph_inputs(
+    edge_index: Tensor | None,
+    num_nodes: int,
+    batch: Tensor | None = None,
+    *,
+    finite: Mapping[str, Tensor | None] | None = None,
+    num_graphs: int | None = None,
+) -> None:
+    """Checks a graph's inputs with one device-to-host transfer (:meth:`EdgeSet.validate`'s):
+    ``edge_index`` (``[2, E]`` long, indices in ``[0, num_nodes)``, no edge joining two graphs of
+    ``batch``), ``batch`` (graph ids non-negative and, given ``num_graphs``, below it) and every
+    floating-point tensor of ``finite`` (name → tensor) free of NaN/inf. Raises a
+    :class:`ValueError` naming the argument. ``edge_index=None``: no edges to check."""
+    if batch is not None:
+        _need_long("batch", _need_tensor("batch", batch, dims=1))
+        if batch.numel() != num_nodes:
+            raise ValueError(f"'batch' must have shape [{num_nodes}] (one graph id per node), "
+                             f"got {_shape(batch)}")
+    checks = [(torch.isfinite(t).all(), f"'{name}' contains NaN or infinite values")
+              for name, t in (finite or {}).items()
+              if isinstance(t, Tensor) and t.numel() and (t.is_floating_point() or t.is_complex())]
+    if edge_index is None:  # on the device of what is checked (the flags are read together)
+        device = batch.device if batch is not None else (checks[0][0].device if checks else None)
+        edge_index = torch.empty(2, 0, dtype=torch.long, device=device)
+    es = EdgeSet(edge_index)
+    if num_graphs is not None and batch is not None and batch.numel():
+        checks.append((batch.max() < num_graphs,
+                       f"'batch' holds a graph id >= num_graphs={num_graphs}"))
+    es._validate_indices(num_nodes, batch, checks)
 
 
 def as_edge_set(edges: EdgeSet | Tensor, *, num_heads: int, mode: str = "attention",

@@ -6,7 +6,9 @@
 * :class:`OperatorEdgeSet` — a linear operator ``matvec(v)`` never enumerated (Converter).
 
 Each implements ``to_explicit()``, which materialises plain edges in a documented order; the tests
-check every fast kernel against the explicit path on those edges.
+check every fast kernel against the explicit path on those edges. ``to_explicit()`` first checks the
+edge count against the memory budget (:mod:`graphattn.memory`) and raises a
+:class:`~graphattn.MemoryBudgetError` rather than allocating more.
 """
 
 from __future__ import annotations
@@ -25,7 +27,12 @@ from graphattn.edgeset import (
     _shape,
     derived_edge_sets,
 )
+from graphattn.memory import EDGE_BYTES, check_edges
 from graphattn.origins import origin_code
+
+#: the advice of the memory guard when materialising a structured edge set
+_LOWER_EXPLICIT = ("use the structured fast path (kernel='auto', without return_attention_weights or "
+                   "a trace) or smaller graphs")
 
 
 def _check_ptr_and_batch(ptr: Tensor, num_nodes: int, batch: Tensor | None, kind: str) -> None:
@@ -42,9 +49,16 @@ def _check_ptr_and_batch(ptr: Tensor, num_nodes: int, batch: Tensor | None, kind
             raise ValueError(f"'batch' must be sorted and agree with 'ptr' for a {kind}")
 
 
-def _check_source_range(name: str, src: Tensor, num_nodes: int, num_virtual: int) -> None:
-    """``ValueError`` naming ``name`` unless every source id lies in ``[0, N + n_virtual)``."""
-    lo, hi = int(src.min()), int(src.max())
+def _check_source_range(name: str, src: Tensor, num_nodes: int, num_virtual: int,
+                        batch: Tensor | None = None) -> None:
+    """``ValueError`` naming ``name`` unless every source id lies in ``[0, N + n_virtual)`` (and,
+    given ``batch``, unless its graph ids are non-negative), with one host read."""
+    stats = [src.min(), src.max()]
+    if batch is not None and batch.numel():
+        stats.append(batch.min())
+    lo, hi, *bmin = torch.stack(stats).tolist()
+    if bmin and bmin[0] < 0:
+        raise ValueError(f"'batch' must hold non-negative graph ids, got {bmin[0]}")
     if lo < 0 or hi >= num_nodes + num_virtual:
         raise ValueError(
             f"'{name}' must lie in [0, {num_nodes + num_virtual}) ({num_nodes} nodes + "
@@ -196,6 +210,8 @@ class SharedSourceEdgeSet(EdgeSet):
         dev = self.sources.device
         counts = self.ptr[1:] - self.ptr[:-1]
         N = int(self.ptr[-1])
+        check_edges(N * Hs * k, what=f"to_explicit() of a shared-sources edge set ({N:,} targets × "
+                    f"{Hs * k:,} sources)", how_to_lower=_LOWER_EXPLICIT, device=dev)
         graph_of = torch.repeat_interleave(torch.arange(B, device=dev), counts, output_size=N)
         # edges in order: target-major, then head, then slot
         src = self.sources[graph_of].reshape(-1)  # [N * Hs * k]
@@ -312,7 +328,7 @@ class PermutationEdgeSet(EdgeSet):
         if src.numel() == 0:
             return
         nv = self.num_virtual
-        _check_source_range("src", src, num_nodes, nv)
+        _check_source_range("src", src, num_nodes, nv, batch)
         if batch is None:
             return
         dst_graph = batch[:, None]
@@ -338,6 +354,8 @@ class PermutationEdgeSet(EdgeSet):
             return cached
         N, Hs = self.src.shape
         dev = self.src.device
+        check_edges(N * Hs, what=f"to_explicit() of a permutation edge set ({N:,} targets × {Hs} "
+                    f"heads)", how_to_lower=_LOWER_EXPLICIT, device=dev)
         dst = torch.arange(N, device=dev).repeat_interleave(Hs)
         es = EdgeSet(
             torch.stack([self.src.reshape(-1), dst]),
@@ -425,9 +443,13 @@ class OperatorEdgeSet(EdgeSet):
                 f"to_explicit() of an operator materialises n^2 edges per graph; the largest graph "
                 f"has {n_max} > max_nodes_per_graph={max_nodes_per_graph} nodes"
             )
+        H = self.num_heads
+        # the per-graph identity and its image ([N, H, n_max] each, complex at most) and the edges
+        check_edges(N * n_max, bytes_per_edge=EDGE_BYTES + 20 * H,
+                    what=f"to_explicit() of an operator edge set ({N:,} targets, graphs of up to "
+                    f"{n_max:,} nodes)", how_to_lower=_LOWER_EXPLICIT, device=dev)
         graph_of = torch.repeat_interleave(torch.arange(counts.numel(), device=dev), counts)
         local = torch.arange(N, device=dev) - self.ptr[graph_of]
-        H = self.num_heads
         eye = torch.zeros(N, H, n_max, device=dev)
         eye[torch.arange(N, device=dev), :, local] = 1.0
         dense = self.matvec(eye)  # dense[ptr_b + i, h, j] = S_b[i, j] in head h

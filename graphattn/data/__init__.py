@@ -9,7 +9,10 @@ from graphattn.data.planetoid import Planetoid
 from graphattn.data.shapes import GeometricShapes
 from graphattn.data.store import (
     CorruptedDataError,
+    DamagedCacheError,
     MissingDataError,
+    RebuiltCacheWarning,
+    UnreadableDataError,
     data_root,
     fetch,
     md5sum,
@@ -20,6 +23,7 @@ from graphattn.data.tu import TUDataset
 
 __all__ = [
     "CorruptedDataError",
+    "DamagedCacheError",
     "FashionMNIST",
     "GeometricShapes",
     "ImageToGraph",
@@ -29,8 +33,10 @@ __all__ = [
     "PeptidesStructural",
     "Planetoid",
     "PointCloudToGraph",
+    "RebuiltCacheWarning",
     "SequenceToGraph",
     "TUDataset",
+    "UnreadableDataError",
     "data_root",
     "fetch",
     "md5sum",

@@ -10,6 +10,7 @@ import numpy as np
 import torch
 from torch_geometric.data import Data, Dataset
 
+from graphattn.data.base import CachedDataset
 from graphattn.data.loaders import ImageToGraph
 from graphattn.data.store import atomic_torch_save, data_root, fetch
 
@@ -33,7 +34,17 @@ def read_idx(path: str | os.PathLike) -> np.ndarray:
     return data.reshape(dims)
 
 
-class FashionMNIST(Dataset):
+def _images_labels(obj: object) -> bool:
+    """``obj`` is a processed split: ``(uint8 images [N, 28, 28], int64 labels [N])``."""
+    if not (isinstance(obj, tuple) and len(obj) == 2
+            and all(isinstance(t, torch.Tensor) for t in obj)):
+        return False
+    images, labels = obj
+    return (images.dtype == torch.uint8 and images.dim() == 3 and tuple(images.shape[1:]) == (28, 28)
+            and labels.dtype == torch.long and labels.shape == images.shape[:1])
+
+
+class FashionMNIST(CachedDataset, Dataset):
     """Fashion-MNIST (60,000 train / 10,000 test, 28×28 grey, 10 classes). Images are stored once
     as a uint8 tensor and turned into graphs on access by ``graph`` (default: 28×28 pixel graph
     with 4-neighbour edges; e.g. ``ImageToGraph(patch_size=4)`` gives 49 patch nodes). Pixel values
@@ -54,7 +65,9 @@ class FashionMNIST(Dataset):
         self._data_base = root
         self.graph = graph if graph is not None else ImageToGraph()
         super().__init__(str(data_root(root) / "FashionMNIST"), transform)
-        self.images, self.labels = torch.load(self.processed_paths[0 if split == "train" else 1])
+        self.images, self.labels = self.load_processed(
+            self.processed_paths[0 if split == "train" else 1], _images_labels,
+            "the (uint8 images [N, 28, 28], int64 labels [N]) pair")
 
     @property
     def raw_file_names(self) -> list[str]:

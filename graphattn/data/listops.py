@@ -31,6 +31,7 @@ import numpy as np
 import torch
 from torch_geometric.data import Data, Dataset
 
+from graphattn.data.base import CachedDataset
 from graphattn.data.store import atomic_torch_save, data_root
 
 OPERATORS = ("[MIN", "[MAX", "[MED", "[SM")
@@ -139,7 +140,7 @@ def generate_example(rng: random.Random, *, min_length: int = 500, max_length: i
                        f"{max_tries} tries; widen the range or raise branch_p")
 
 
-class ListOps(Dataset):
+class ListOps(CachedDataset, Dataset):
     """A generated ListOps split as a PyG dataset of token sequences (``data.tokens`` ``[L]`` with
     ids into :data:`VOCAB`, ``data.y`` the value). Pass ``transform=SequenceToGraph(...)`` to get
     graphs. Generated once per configuration and cached in the data root.
@@ -152,6 +153,7 @@ class ListOps(Dataset):
     """
 
     DEFAULT_SIZES: ClassVar[dict[str, int]] = {"train": 96_000, "val": 2_000, "test": 2_000}
+    rebuilt_from = "its configuration (generated again)"
 
     def __init__(self, root: str | os.PathLike | None = None, split: str = "train", *,
                  num_samples: int | None = None, min_length: int = 500, max_length: int = 2000,
@@ -170,7 +172,19 @@ class ListOps(Dataset):
         key = hashlib.sha1(json.dumps(self.config, sort_keys=True).encode()).hexdigest()[:12]
         self._file = f"listops-{split}-{key}.pt"
         super().__init__(str(data_root(root) / "ListOps"), transform)
-        self.tokens, self.offsets, self.labels = torch.load(self.processed_paths[0])
+        n = self.config["num_samples"]
+
+        def valid(obj: Any) -> bool:
+            if not (isinstance(obj, tuple) and len(obj) == 3
+                    and all(isinstance(t, torch.Tensor) and t.dtype == torch.long and t.dim() == 1
+                            for t in obj)):
+                return False
+            tokens, offsets, labels = obj
+            return (labels.numel() == n and offsets.numel() == n + 1 and int(offsets[0]) == 0
+                    and int(offsets[-1]) == tokens.numel() and bool((offsets.diff() >= 0).all()))
+
+        self.tokens, self.offsets, self.labels = self.load_processed(
+            self.processed_paths[0], valid, f"the (tokens, offsets, labels) of {n} sequences")
 
     @property
     def raw_file_names(self) -> list[str]:

@@ -42,7 +42,16 @@ class _Peptides(VerifiedMixin, InMemoryDataset):
         folder = (entry or spec(self.registry_key))["dir"]
         super().__init__(str(data_root(root) / folder), transform, pre_transform)
         self.load(self.processed_paths[0])
-        self.split_idx: dict[str, torch.Tensor] = torch.load(self.processed_paths[1])
+        n = len(self)
+
+        def valid(split: Any) -> bool:
+            return (isinstance(split, dict) and set(split) == {"train", "val", "test"}
+                    and all(isinstance(t, torch.Tensor) and t.dtype == torch.long and t.dim() == 1
+                            and (t.numel() == 0 or 0 <= int(t.min()) <= int(t.max()) < n)
+                            for t in split.values()))
+
+        self.split_idx: dict[str, torch.Tensor] = self.load_processed(
+            self.processed_paths[1], valid, f"the train/val/test index tensors of {n} graphs")
 
     @property
     def raw_file_names(self) -> list[str]:

@@ -106,8 +106,8 @@ class NodeEncoder(nn.Module):
             raise ValueError(f"unknown node encoder {kind!r}; use 'linear', 'atom' or 'embedding'")
 
     def forward(self, x: Tensor) -> Tensor:
-        if self.kind == "linear":
-            return self.enc(x.float() if not x.is_floating_point() else x)
+        if self.kind == "linear":  # integer features: cast to the encoder's dtype
+            return self.enc(x if x.is_floating_point() else x.to(self.enc.weight.dtype))
         if self.kind == "embedding":
             return self.enc(x.view(-1).long())
         return self.enc(x.long())
@@ -132,7 +132,7 @@ class EdgeEncoder(nn.Module):
         if edge_attr.dim() == 1:
             edge_attr = edge_attr.unsqueeze(-1)
         if self.kind == "linear":
-            return self.enc(edge_attr.float())
+            return self.enc(edge_attr.to(self.enc.weight.dtype))
         return self.enc(edge_attr.long())
 
 

@@ -32,8 +32,9 @@ from torch_geometric.utils import to_dense_batch
 
 from graphattn.attention import EdgeAttention
 from graphattn.edgeset import EdgeSet
-from graphattn.nn.model import POOLS, GraphTransformer
+from graphattn.nn.model import POOLS, GraphTransformer, check_model_args
 from graphattn.nn.registry import register_model
+from graphattn.producers.base import check_positive_int, check_rate
 from graphattn.producers.converter import ConverterProducer, ScaleNorm
 from graphattn.producers.registry import build_producer
 
@@ -160,6 +161,9 @@ class RecurrentPositionalEncoding(nn.Module):
         self.norm.reset_parameters()
 
     def forward(self, h: Tensor, batch: Tensor) -> Tensor:
+        if batch.numel() > 1 and not bool((batch[1:] >= batch[:-1]).all()):
+            raise ValueError("'batch' must be sorted by graph (as in a PyG Batch): the recurrent "
+                             "positional encoding runs over each graph's nodes in order")
         if h.size(0):
             # padded to [B, n_max, D]: each graph's padding follows its nodes and the GRU is
             # causal, so padding never reaches a real node (exactly the per-graph recurrence,
@@ -260,6 +264,13 @@ class ConverterModel(GraphTransformer):
                  producer: Any = "converter", conv: str | None = None, *, rpe: bool = True,
                  rpe_layers: int = 2, value_dropout: float | None = None,
                  readout: str | None = None, **kwargs: Any) -> None:
+        shared = ("heads", "ffn_ratio", "head_layers", "pe_dim", "num_embeddings", "dropout",
+                  "attn_dropout", "input_dropout")
+        check_model_args(hidden_channels=hidden_channels, out_channels=out_channels,
+                         num_layers=num_layers, **{k: kwargs[k] for k in shared if k in kwargs})
+        check_positive_int("rpe_layers", rpe_layers)
+        if value_dropout is not None:
+            check_rate("value_dropout", value_dropout)
         if conv not in (None, "none"):
             raise ValueError(f"the Converter preset has no local conv; got conv={conv!r} "
                              f"(use conv=None)")

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -12,10 +14,31 @@ from torch_geometric.nn import Linear, MessagePassing
 from torch_geometric.nn.resolver import activation_resolver
 
 from graphattn.attention import EdgeAttention
-from graphattn.edgeset import EdgeSet
+from graphattn.edgeset import EdgeSet, check_graph_inputs
 from graphattn.nn.blocks import apply_norm, conv_takes_edge_attr, make_conv, make_norm
-from graphattn.producers.base import EdgeProducer
+from graphattn.producers.base import (
+    EdgeProducer,
+    check_channels,
+    check_node_features,
+    check_positive_int,
+    check_rate,
+)
 from graphattn.producers.registry import build_producer
+
+_CHECKED = threading.local()
+
+
+@contextmanager
+def inputs_checked() -> Iterator[None]:
+    """Inside the block :class:`HybridLayer` skips its input checks: the caller
+    (:class:`~graphattn.GraphTransformer`) checked the data once, with one host read, and its layers
+    receive what its encoders made of it."""
+    depth = getattr(_CHECKED, "depth", 0)
+    _CHECKED.depth = depth + 1
+    try:
+        yield
+    finally:
+        _CHECKED.depth = depth
 
 
 def producer_defaults(channels: int, heads: int,
@@ -100,6 +123,13 @@ class HybridLayer(nn.Module):
         super().__init__()
         if conv is None and producer is None:
             raise ValueError("HybridLayer needs a local 'conv', a global 'producer', or both")
+        check_channels("channels", channels, lazy=False)
+        check_positive_int("heads", heads)
+        check_positive_int("ffn_ratio", ffn_ratio)
+        check_channels("edge_dim", edge_dim, optional=True)
+        check_channels("in_channels", in_channels, optional=True)
+        dropout = check_rate("dropout", dropout)
+        attn_dropout = check_rate("attn_dropout", attn_dropout)
         in_c = channels if in_channels is None else in_channels
         if not output_layer and channels % heads:
             raise ValueError(f"'channels' ({channels}) must be divisible by 'heads' ({heads})")
@@ -184,7 +214,13 @@ class HybridLayer(nn.Module):
         generator: torch.Generator | None = None,
     ) -> Tensor:
         """``x [N, in_channels]`` → ``[N, channels]``. ``edge_index`` / ``edge_attr`` feed the
-        local conv; ``data`` (and ``generator``) feed the producer."""
+        local conv; ``data`` (and ``generator``) feed the producer.
+
+        The inputs are checked first (:class:`ValueError` naming the argument): ``x`` a float
+        tensor of the layer's width and dtype, and, for the local conv, ``edge_index``, ``batch``,
+        ``edge_attr`` and the values of ``x`` in one host read (the attention checks its own)."""
+        if not getattr(_CHECKED, "depth", 0):
+            self._check_inputs(x, edge_index, batch, edge_attr)
         hs = []
         if self.conv is not None:
             if edge_index is None:
@@ -212,6 +248,23 @@ class HybridLayer(nn.Module):
         else:
             out = apply_norm(self.norm3, self._nb3, out + self.mlp(out), batch)
         return out
+
+    def _check_inputs(self, x: Any, edge_index: Any, batch: Any, edge_attr: Any) -> None:
+        check_node_features(x, self.in_channels, self)
+        if self.conv is None:  # the attention checks x and batch; edge_index is not read
+            return
+        if edge_index is None:
+            raise ValueError("the local conv needs 'edge_index'")
+        takes_attr = self.conv_edge_attr and edge_attr is not None
+        check_graph_inputs(edge_index, x.size(0), batch,
+                           finite={"x": x, "edge_attr": edge_attr if takes_attr else None})
+        if takes_attr:
+            if not isinstance(edge_attr, Tensor) or edge_attr.dim() not in (1, 2):
+                shape = list(edge_attr.shape) if isinstance(edge_attr, Tensor) else type(edge_attr).__name__
+                raise ValueError(f"'edge_attr' must be a 1-D or 2-D tensor [E, F_e], got {shape}")
+            if edge_attr.size(0) != edge_index.size(1):
+                raise ValueError(f"'edge_attr' must have one row per edge ({edge_index.size(1)}), "
+                                 f"got shape {list(edge_attr.shape)}")
 
     def _attend(self, h: Tensor, batch: Tensor | None, data: Any,
                 generator: torch.Generator | None) -> Tensor:

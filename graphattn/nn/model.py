@@ -11,10 +11,11 @@ from torch import Tensor, nn
 from torch_geometric.nn import Linear, global_add_pool, global_max_pool, global_mean_pool
 from torch_geometric.nn.resolver import activation_resolver
 
-from graphattn.edgeset import EdgeSet
+from graphattn.edgeset import EdgeSet, check_graph_inputs
 from graphattn.nn.blocks import DataView, EdgeEncoder, NodeEncoder, random_sign_flip
-from graphattn.nn.hybrid import HybridLayer, producer_defaults
+from graphattn.nn.hybrid import HybridLayer, inputs_checked, producer_defaults
 from graphattn.nn.registry import register_model
+from graphattn.producers.base import check_channels, check_dtype, check_positive_int, check_rate
 from graphattn.producers.registry import build_producer
 from graphattn.tracing import AttentionTrace, trace
 
@@ -22,6 +23,30 @@ POOLS = {"mean": global_mean_pool, "add": global_add_pool, "sum": global_add_poo
          "max": global_max_pool, "cls": None}
 PE_ATTRS = {"laplacian": "laplacian_eigenvector_pe", "random_walk": "random_walk_pe",
             "position": "pos"}
+
+
+def check_model_args(*, hidden_channels: Any, out_channels: Any, num_layers: Any = 1,
+                     heads: Any = 1, ffn_ratio: Any = 1, head_layers: Any = 1, pe_dim: Any = 1,
+                     num_embeddings: Any = None, dropout: Any = 0.0, attn_dropout: Any = 0.0,
+                     input_dropout: Any = 0.0) -> None:
+    """Type and range of the model arguments every preset shares (a :class:`ValueError` naming
+    the argument)."""
+    check_channels("hidden_channels", hidden_channels, lazy=False)
+    check_channels("out_channels", out_channels, lazy=False)
+    check_positive_int("num_layers", num_layers)
+    check_positive_int("heads", heads)
+    check_positive_int("ffn_ratio", ffn_ratio)
+    check_positive_int("head_layers", head_layers, allow_zero=True)
+    check_positive_int("pe_dim", pe_dim)
+    check_channels("num_embeddings", num_embeddings, lazy=False, optional=True)
+    for name, rate in (("dropout", dropout), ("attn_dropout", attn_dropout),
+                       ("input_dropout", input_dropout)):
+        check_rate(name, rate)
+
+
+def _param_dtype_module(model: nn.Module) -> nn.Module:
+    """The module whose parameters the node features meet first (for the dtype check)."""
+    return model.node_encoder if model.node_encoder is not None else model  # type: ignore[return-value]
 
 
 def sinusoidal(pos: Tensor, dim: int) -> Tensor:
@@ -35,6 +60,14 @@ def sinusoidal(pos: Tensor, dim: int) -> Tensor:
                      * (torch.log(torch.tensor(10000.0)) / max(half, 1)))
     ang = pos.float()[:, :, None] * freq[None, None, :]
     return torch.cat([ang.sin(), ang.cos()], -1).reshape(pos.size(0), -1)
+
+
+def graph_count(data: Any, batch: Tensor) -> int:
+    """``data.num_graphs`` (a PyG ``Batch``), else the largest graph id + 1 (one host read), else 1."""
+    n = getattr(data, "num_graphs", None)
+    if n is not None:
+        return int(n)
+    return int(batch.max()) + 1 if batch.numel() else 1
 
 
 @register_model("hybrid")
@@ -122,8 +155,15 @@ class GraphTransformer(nn.Module):
             raise ValueError(f"'task' must be 'node' or 'graph', got {task!r}")
         if pool not in POOLS:
             raise ValueError(f"'pool' must be one of {sorted(POOLS)}, got {pool!r}")
-        if num_layers < 1:
-            raise ValueError(f"'num_layers' must be >= 1, got {num_layers}")
+        check_model_args(hidden_channels=hidden_channels, out_channels=out_channels,
+                         num_layers=num_layers, heads=heads, ffn_ratio=ffn_ratio,
+                         head_layers=head_layers, pe_dim=pe_dim, num_embeddings=num_embeddings,
+                         dropout=dropout, attn_dropout=attn_dropout, input_dropout=input_dropout)
+        if (head_layers == 0 and conv == "gine" and out_channels != hidden_channels
+                and not self.builds_own_layers):
+            raise ValueError(f"head_layers=0 makes the last layer an output layer of width "
+                             f"out_channels={out_channels}, which conv='gine' cannot build (it needs "
+                             f"in_channels == channels = {hidden_channels}); use head_layers >= 1")
         if pe is not None and pe not in PE_ATTRS and pe_attr is None:
             raise ValueError(f"'pe' must be one of {sorted(PE_ATTRS)} (or give 'pe_attr'), got {pe!r}")
         self.task = task
@@ -134,8 +174,6 @@ class GraphTransformer(nn.Module):
         self.input_dropout = input_dropout
         if node_encoder is None and self.pe_attr:
             raise ValueError("a positional encoding needs a node encoder (it is added to its output)")
-        if head_layers < 0:
-            raise ValueError(f"'head_layers' must be >= 0, got {head_layers}")
         self.node_encoder = (NodeEncoder(node_encoder, hidden_channels, num_embeddings)
                              if node_encoder is not None else None)
         self.edge_encoder = EdgeEncoder(edge_encoder, hidden_channels) if edge_encoder else None
@@ -236,12 +274,60 @@ class GraphTransformer(nn.Module):
     def forward(self, data: Any, *, generator: torch.Generator | None = None,
                 trace_attention: bool = False) -> Tensor | tuple[Tensor, AttentionTrace]:
         """Predictions for ``data`` (a PyG ``Data``/``Batch``); with ``trace_attention=True`` also
-        the :class:`~graphattn.AttentionTrace` of every layer."""
+        the :class:`~graphattn.AttentionTrace` of every layer.
+
+        ``data`` is checked first (:meth:`check_data`): a :class:`ValueError` naming the attribute
+        for malformed ``x``, ``batch``, ``edge_index`` or ``edge_attr``. Node features of another
+        floating-point dtype than the model's parameters are refused, not cast."""
+        self.check_data(data)
         if trace_attention:
             with trace(self) as t:
                 out = self._forward(data, generator)
             return out, t
         return self._forward(data, generator)
+
+    def check_data(self, data: Any) -> None:
+        """Checks the attributes of ``data`` the model reads, with one host read for all value
+        checks (:func:`~graphattn.edgeset.check_graph_inputs`): ``x`` (a tensor of the encoder's
+        rank, floating-point features of the model's dtype, no NaN/inf), ``batch`` (``[N]`` long,
+        graph ids in ``[0, num_graphs)``), ``edge_index`` (``[2, E]`` long, in range, no edge
+        joining two graphs) and ``edge_attr`` (one row per edge, no NaN/inf) when the model encodes
+        it. The layers then skip their own checks."""
+        x = getattr(data, "x", None)
+        if x is None:
+            raise ValueError("GraphTransformer needs node features 'data.x'")
+        if not isinstance(x, Tensor):
+            raise ValueError(f"'data.x' must be a torch.Tensor, got {type(x).__name__}")
+        kind = None if self.node_encoder is None else self.node_encoder.kind
+        if kind == "embedding":
+            if not (x.dim() == 1 or (x.dim() == 2 and x.size(1) == 1)):
+                raise ValueError(f"'data.x' must hold one token id per node ([N] or [N, 1]) for "
+                                 f"node_encoder='embedding', got shape {list(x.shape)}")
+        elif x.dim() != 2:
+            raise ValueError(f"'data.x' must be 2-D [N, F], got shape {list(x.shape)}")
+        if kind in (None, "linear") and x.is_floating_point():
+            check_dtype("data.x", x, _param_dtype_module(self), type(self).__name__)
+        elif kind is None:
+            raise ValueError(f"'data.x' must be floating-point with node_encoder=None, got {x.dtype}")
+        N = x.size(0)
+        batch = getattr(data, "batch", None)
+        if batch is not None and not isinstance(batch, Tensor):
+            raise ValueError(f"'data.batch' must be a torch.Tensor, got {type(batch).__name__}")
+        edge_index = getattr(data, "edge_index", None)
+        edge_attr = getattr(data, "edge_attr", None) if self.edge_encoder is not None else None
+        if edge_attr is not None:
+            if not isinstance(edge_attr, Tensor) or edge_attr.dim() not in (1, 2):
+                shape = list(edge_attr.shape) if isinstance(edge_attr, Tensor) else type(edge_attr).__name__
+                raise ValueError(f"'data.edge_attr' must be a 1-D or 2-D tensor [E, F_e], got {shape}")
+            E = edge_index.size(-1) if isinstance(edge_index, Tensor) and edge_index.dim() else None
+            if E is not None and edge_attr.size(0) != E:
+                raise ValueError(f"'data.edge_attr' must have one row per edge ({E}), got shape "
+                                 f"{list(edge_attr.shape)}")
+        pe = getattr(data, self.pe_attr, None) if self.pe_encoder is not None else None
+        num_graphs = getattr(data, "num_graphs", None)
+        check_graph_inputs(edge_index, N, batch,
+                           finite={"data.x": x, "data.edge_attr": edge_attr, f"data.{self.pe_attr}": pe},
+                           num_graphs=num_graphs if isinstance(num_graphs, int) else None)
 
     def _shared_producers(self) -> list[Any]:
         """Producer instances that serve more than one layer (see ``EdgeProducer.sharing_scope``)."""
@@ -262,13 +348,13 @@ class GraphTransformer(nn.Module):
         with ExitStack() as scopes:
             for producer in self._shared_producers():
                 scopes.enter_context(producer.sharing_scope())
+            scopes.enter_context(inputs_checked())  # forward() checked the data
             for layer in self.layers:
                 h = layer(h, edge_index, batch, edge_attr, data=view, generator=generator)
         if self.final_norm is not None:
             h = self.final_norm(h)
         if self.task == "graph":
-            num_graphs = int(getattr(data, "num_graphs", int(batch.max()) + 1 if batch.numel() else 1))
-            h = self._pool(h, batch, num_graphs, self.pool)
+            h = self._pool(h, batch, graph_count(data, batch), self.pool)
         return self.head(h)
 
     @staticmethod

@@ -20,8 +20,9 @@ from torch_geometric.utils import scatter, softmax
 from graphattn.attention import EdgeAttention
 from graphattn.edgeset import EdgeSet
 from graphattn.nn.blocks import DataView
-from graphattn.nn.model import POOLS, GraphTransformer
+from graphattn.nn.model import POOLS, GraphTransformer, check_model_args, graph_count
 from graphattn.nn.registry import register_model
+from graphattn.producers.base import check_positive_int, check_rate
 from graphattn.producers.registry import build_producer
 from graphattn.producers.samsa import SAMSA, RMSNorm
 
@@ -74,11 +75,14 @@ class SAMSABlock(nn.Module):
                  dropout: float = 0.0, attn_dropout: float = 0.0, drop_path: float = 0.0,
                  act: str = "gelu", attn_kwargs: dict[str, Any] | None = None) -> None:
         super().__init__()
+        check_positive_int("channels", channels)
+        check_positive_int("heads", heads)
+        check_positive_int("ffn_channels", ffn_channels, allow_zero=True)
+        dropout, attn_dropout = check_rate("dropout", dropout), check_rate("attn_dropout", attn_dropout)
+        drop_path = check_rate("drop_path", drop_path)
         if channels % heads:
             raise ValueError(f"'channels' ({channels}) must be divisible by 'heads' ({heads})")
-        if not 0.0 <= drop_path < 1.0:
-            raise ValueError(f"'drop_path' must lie in [0, 1), got {drop_path!r}")
-        self.channels, self.heads, self.drop_path = channels, heads, float(drop_path)
+        self.channels, self.heads, self.drop_path = channels, heads, drop_path
         self.norm1 = RMSNorm(channels)
         self.norm2 = RMSNorm(channels)
         self.producer = build_producer(producer, channels=channels, num_heads=heads,
@@ -218,6 +222,10 @@ class SAMSATransformer(GraphTransformer):
         drop_path: float = 0.0,
         readout: str | None = None,
     ) -> None:
+        check_model_args(hidden_channels=hidden_channels, out_channels=out_channels,
+                         num_layers=num_layers, heads=heads, ffn_ratio=ffn_ratio,
+                         head_layers=head_layers, pe_dim=pe_dim, num_embeddings=num_embeddings,
+                         dropout=dropout, attn_dropout=attn_dropout, input_dropout=input_dropout)
         if conv not in (None, "none"):
             raise ValueError(
                 f"the 'samsa' model has no local conv (got conv={conv!r}); pass --conv none, or use "
@@ -260,7 +268,7 @@ class SAMSATransformer(GraphTransformer):
         batch = getattr(data, "batch", None)
         if batch is None:
             batch = torch.zeros(h.size(0), dtype=torch.long, device=h.device)
-        B = int(getattr(data, "num_graphs", int(batch.max()) + 1 if batch.numel() else 1))
+        B = graph_count(data, batch)
         alpha = self.residual_scale.to(h.dtype)
         for layer in self.layers:
             h = layer(h, batch, alpha, num_graphs=B, data=data, generator=generator)

@@ -36,6 +36,10 @@ class ProducerContext:
         data: the PyG ``Data``/``Batch`` (``edge_index``, ``edge_attr``, ``pos``, ...) or ``None``.
         generator: a :class:`torch.Generator` for every random draw, or ``None`` (global RNG).
         training: whether the consumer is in training mode.
+
+    With ``validate=True`` (the default) the context checks, in one host read, that ``x`` holds no
+    NaN/inf and ``batch`` no negative graph id (or one ``>= num_graphs``);
+    :class:`~graphattn.EdgeAttention` passes ``validate=False`` after checking its inputs itself.
     """
 
     def __init__(
@@ -49,10 +53,12 @@ class ProducerContext:
         generator: torch.Generator | None = None,
         training: bool = False,
         projections: dict[str, Callable[[], Tensor]] | None = None,
+        validate: bool = True,
     ) -> None:
         if not isinstance(x, Tensor) or x.dim() != 2:
             shape = list(x.shape) if isinstance(x, Tensor) else type(x).__name__
             raise ValueError(f"'x' must be a 2-D tensor [N, F], got {shape}")
+        num_heads = check_positive_int("num_heads", num_heads)
         N = x.size(0)
         if batch is None:
             batch = torch.zeros(N, dtype=torch.long, device=x.device)
@@ -62,6 +68,23 @@ class ProducerContext:
                              f"got {shape}")
         elif batch.dtype != torch.long:
             raise ValueError(f"'batch' must have dtype torch.long, got {batch.dtype}")
+        if num_graphs is not None:
+            num_graphs = check_positive_int("num_graphs", num_graphs, allow_zero=True)
+        if validate and N:
+            # one host read: x free of NaN/inf (producers sort, score and pool it), the graph ids
+            # non-negative (they index per-graph tables) and below num_graphs
+            stats = [batch.min(), batch.max()]
+            if x.is_floating_point():
+                stats.append(torch.isfinite(x).all())
+            bmin, bmax, *finite = torch.stack([s.long() for s in stats]).tolist()
+            if bmin < 0:
+                raise ValueError(f"'batch' must hold non-negative graph ids, got {bmin}")
+            if finite and not finite[0]:
+                raise ValueError("'x' contains NaN or infinite values")
+            if num_graphs is None:
+                num_graphs = bmax + 1
+            elif bmax >= num_graphs:
+                raise ValueError(f"'batch' holds graph id {bmax} >= num_graphs={num_graphs}")
         if num_graphs is None:
             num_graphs = int(batch.max()) + 1 if N else (1 if data is None else _num_graphs(data))
         self.x = x
@@ -206,7 +229,8 @@ class EdgeProducer(nn.Module):
     ) -> EdgeSet:
         if context is None:
             context = ProducerContext(
-                x, batch, num_heads=num_heads or 1, data=data, generator=generator,
+                x, batch, num_heads=1 if num_heads is None else num_heads, data=data,
+                generator=generator,
                 training=self.training,
             )
         edges = self.produce(context)
@@ -229,3 +253,58 @@ def check_positive_int(name: str, value: Any, *, allow_zero: bool = False) -> in
         kind = "non-negative" if allow_zero else "positive"
         raise ValueError(f"'{name}' must be a {kind} int, got {value!r}")
     return value
+
+
+def check_int(name: str, value: Any) -> int:
+    """Validates an integer argument of any sign (a seed): a bool, a float or a string is refused."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"'{name}' must be an int, got {value!r}")
+    return value
+
+
+def check_channels(name: str, value: Any, *, lazy: bool = True, optional: bool = False) -> Any:
+    """Validates a width: a positive int, ``-1`` for lazy initialisation (PyG's convention) where
+    ``lazy``, ``None`` where ``optional``. ``0`` and other negative values are refused (they used
+    to pass for lazy)."""
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or (value < 1 and not (lazy and value == -1)):
+        what = "a positive int" + (" or -1 (lazy)" if lazy else "") + (" or None" if optional else "")
+        raise ValueError(f"'{name}' must be {what}, got {value!r}")
+    return value
+
+
+def check_rate(name: str, value: Any) -> float:
+    """Validates a probability (a dropout rate): a real number in ``[0, 1)``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+        raise ValueError(f"'{name}' must be a number in [0, 1), got {value!r}")
+    return float(value)
+
+
+def check_node_features(x: Any, in_channels: int, module: nn.Module) -> None:
+    """The checks of a layer's node features ``x``: a 2-D floating-point tensor with
+    ``in_channels`` columns (any width when ``in_channels`` is ``-1``, lazy) and the dtype of
+    ``module``'s parameters (:func:`check_dtype`)."""
+    if not isinstance(x, Tensor):
+        raise ValueError(f"'x' must be a torch.Tensor, got {type(x).__name__}")
+    if x.dim() != 2:
+        raise ValueError(f"'x' must be 2-D [N, F], got shape {list(x.shape)}")
+    if not x.is_floating_point():
+        raise ValueError(f"'x' must be a floating-point tensor, got {x.dtype}")
+    if in_channels > 0 and x.size(1) != in_channels:
+        raise ValueError(f"'x' must have in_channels={in_channels} columns, got {x.size(1)}")
+    check_dtype("x", x, module, type(module).__name__)
+
+
+def check_dtype(name: str, x: Tensor, module: nn.Module, what: str) -> None:
+    """A clear error when the floating-point ``x`` does not have the dtype of ``module``'s
+    parameters (instead of ``mat1 and mat2 must have the same dtype`` deep inside a projection).
+    Inputs are not cast: cast ``x`` or the module (``module.to(dtype)``). Under
+    :func:`torch.autocast` (mixed precision) the projections cast themselves: no check."""
+    if not x.is_floating_point() or torch.is_autocast_enabled(x.device.type):
+        return
+    param = next((p for p in module.parameters() if p.is_floating_point()), None)
+    if param is not None and x.dtype != param.dtype:
+        raise ValueError(f"'{name}' has dtype {x.dtype} but {what} has parameters of dtype "
+                         f"{param.dtype}; cast one to the other ({name}.to({param.dtype}) or "
+                         f"module.to({x.dtype}))")

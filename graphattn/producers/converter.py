@@ -21,7 +21,12 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from graphattn.producers._util import rand
-from graphattn.producers.base import EdgeProducer, ProducerContext, check_positive_int
+from graphattn.producers.base import (
+    EdgeProducer,
+    ProducerContext,
+    check_dtype,
+    check_positive_int,
+)
 from graphattn.producers.converter_ops import (
     KERNELS,
     UnitaryChainOperator,
@@ -253,6 +258,7 @@ class ConverterProducer(EdgeProducer):
             raise ValueError(f"'x' must be a floating-point tensor, got {x.dtype}")
         if x.size(1) != self.channels:
             raise ValueError(f"'x' must have channels={self.channels} columns, got {x.size(1)}")
+        check_dtype("x", x, self, type(self).__name__)
         if x.numel() and not bool(torch.isfinite(x).all()):
             raise ValueError("'x' contains NaN or infinite values (a reset cannot stop a NaN: "
                              "0 * NaN = NaN would leak across graphs)")

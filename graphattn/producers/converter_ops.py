@@ -39,6 +39,7 @@ from graphattn.edgeset import (
     _shape,
     ptr_from_counts,
 )
+from graphattn.memory import EDGE_BYTES, check_edges
 from graphattn.origins import origin_code
 from graphattn.structured import OperatorEdgeSet
 
@@ -679,13 +680,19 @@ class UnitaryChainOperator(OperatorEdgeSet):
     # ----------------------------------------------------------------------- materialisation
     def local_dense(self, max_nodes_per_graph: int = 4096) -> Tensor:
         """``[N, n_max]`` complex: row ``i`` of graph ``g`` holds :math:`S_g[i_{loc}, :]` (columns
-        past the graph's size are 0). Costs one pass over ``n_max`` columns."""
+        past the graph's size are 0). Costs one pass over ``n_max`` columns. Checked against the
+        memory budget (:mod:`graphattn.memory`) first."""
         counts = self.ptr[1:] - self.ptr[:-1]
         n_max = int(counts.max()) if counts.numel() else 0
         if n_max > max_nodes_per_graph:
             raise ValueError(f"materialising the operator needs n^2 entries per graph; the largest "
                              f"graph has {n_max} > max_nodes_per_graph={max_nodes_per_graph} nodes")
         N = self.num_nodes
+        # memory guard: the dense rows, the scan's buffers and (to_explicit) the edges, per entry
+        check_edges(N * n_max, bytes_per_edge=EDGE_BYTES + 4 * 16,
+                    what=f"materialising the Converter operator ({N:,} targets, graphs of up to "
+                    f"{n_max:,} nodes)", how_to_lower="trace or materialise fewer or smaller graphs",
+                    device=self.ptr.device)
         graph = torch.repeat_interleave(torch.arange(counts.numel(), device=self.ptr.device),
                                         counts, output_size=N)
         local = torch.arange(N, device=self.ptr.device) - self.ptr[graph]

@@ -9,9 +9,19 @@ import torch
 from torch import Tensor
 
 from graphattn.edgeset import EdgeSet
+from graphattn.memory import check_edges
 from graphattn.producers._util import explicit_edge_set, graph_of_local
-from graphattn.producers.base import EdgeProducer, ProducerContext, check_positive_int
+from graphattn.producers.base import (
+    EdgeProducer,
+    ProducerContext,
+    check_int,
+    check_positive_int,
+)
 from graphattn.producers.registry import register_producer
+
+#: host bytes per directed edge while a template is built: networkx's adjacency dicts (two entries
+#: and an attribute dict per undirected edge), the edge list and the tensors
+NETWORKX_EDGE_BYTES = 256
 
 
 def regular_degree(n: int, d: int) -> int:
@@ -45,7 +55,9 @@ class ExpanderEdges(EdgeProducer):
     Random regular graphs are expanders with high probability, so :math:`O(\log n)` layers connect
     every pair. Built with :func:`networkx.random_regular_graph`. The graph for a size :math:`n`
     is fixed by ``(seed, n)`` and cached, so a graph keeps its expander across epochs; a caller's
-    generator draws a fresh seed per graph instead.
+    generator draws a fresh seed per call instead (each graph's template then follows from that
+    seed and its size, so a graph's edges never depend on its batch-mates). The edge count is
+    checked against the memory budget (:mod:`graphattn.memory`) before any template is built.
 
     Args:
         degree (int): :math:`d`.
@@ -55,19 +67,22 @@ class ExpanderEdges(EdgeProducer):
     def __init__(self, degree: int = 3, seed: int = 0) -> None:
         super().__init__()
         self.degree = check_positive_int("degree", degree)
-        self.seed = int(seed)
+        self.seed = check_int("seed", seed)
 
     def produce(self, ctx: ProducerContext) -> EdgeSet:
         _graph, _, start = graph_of_local(ctx)
         counts = ctx.counts.tolist()
+        self._check_memory(ctx, counts)
         parts = []
+        # a caller's generator gives one seed per call; a graph's template follows from it and the
+        # graph's size alone, never from its position in the batch
+        drawn = None if ctx.generator is None else int(torch.randint(
+            0, 2**31 - 1, (), generator=ctx.generator, device=ctx.generator.device))
         for b, n in enumerate(counts):
             if n < 2:
                 continue
-            if ctx.generator is not None:
-                seed = int(torch.randint(0, 2**31 - 1, (1,), generator=ctx.generator,
-                                         device=ctx.generator.device))
-                tmpl = _regular_template.__wrapped__(n, self.degree, seed)
+            if drawn is not None:
+                tmpl = _regular_template.__wrapped__(n, self.degree, (drawn * 1_000_003 + n) % 2**62)
             else:
                 tmpl = _regular_template(n, self.degree, self.seed * 1_000_003 + n)
             parts.append(tmpl.to(ctx.device) + start[b])
@@ -76,6 +91,16 @@ class ExpanderEdges(EdgeProducer):
         else:
             edge_index = torch.empty(2, 0, dtype=torch.long, device=ctx.device)
         return explicit_edge_set(edge_index, ctx, "expander")
+
+    def _check_memory(self, ctx: ProducerContext, counts: list[int]) -> None:
+        """The memory guard: the exact edge count, from the graph sizes (already on the host)."""
+        edges = sum(n * regular_degree(n, self.degree) for n in counts if n >= 2)
+        what = f"ExpanderEdges(degree={self.degree:,}) on {ctx.num_nodes:,} nodes"
+        lower = "lower degree (a degree at or above a graph's size gives the complete graph)"
+        # the networkx template (dicts of dicts, built on the host) holds far more than the edges
+        check_edges(edges, bytes_per_edge=NETWORKX_EDGE_BYTES, what=what, how_to_lower=lower)
+        if ctx.device.type != "cpu":
+            check_edges(edges, what=what, how_to_lower=lower, device=ctx.device)
 
     def extra_repr(self) -> str:
         return f"degree={self.degree}"

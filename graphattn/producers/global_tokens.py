@@ -8,6 +8,7 @@ from collections.abc import Sequence
 import torch
 
 from graphattn.edgeset import EdgeSet
+from graphattn.memory import check_edges
 from graphattn.producers._util import explicit_edge_set, graph_of_local
 from graphattn.producers.base import EdgeProducer, ProducerContext, check_positive_int
 from graphattn.producers.registry import register_producer
@@ -24,6 +25,8 @@ class GlobalTokens(EdgeProducer):
     has in-degree 1 (:math:`n` for the token itself); the edge count is :math:`O(|G| \cdot n)`, so it
     combines with a local producer (``union`` with ``window``) into BigBird's global + local pattern and
     gives a CLS read-out the whole sequence in one layer. Positions beyond a graph's size are skipped.
+    The :math:`2 N |G|` bound on the edges is checked against the memory budget
+    (:mod:`graphattn.memory`) first.
 
     Args:
         positions (sequence of int): local indices of the global tokens.
@@ -46,6 +49,11 @@ class GlobalTokens(EdgeProducer):
         self.attended_by_all = bool(attended_by_all)
 
     def produce(self, ctx: ProducerContext) -> EdgeSet:
+        # memory guard: [N, |G|] tables, at most two edges per entry
+        G = len(self.positions)
+        check_edges(2 * ctx.num_nodes * G, what=f"GlobalTokens with {G:,} positions on "
+                    f"{ctx.num_nodes:,} nodes", how_to_lower="use fewer global positions",
+                    device=ctx.device)
         graph, local, start = graph_of_local(ctx)
         g = torch.tensor(self.positions, dtype=torch.long, device=ctx.device)  # [|G|]
         node = torch.arange(ctx.num_nodes, device=ctx.device)

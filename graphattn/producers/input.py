@@ -32,8 +32,9 @@ class InputEdges(EdgeProducer):
 
     def produce(self, ctx: ProducerContext) -> EdgeSet:
         edge_index = ctx.attr(self.attr)
-        # checked here (shape, dtype, index range) before it is indexed below
-        EdgeSet(edge_index, num_heads=ctx.num_heads).validate(ctx.num_nodes)
+        # checked here (shape, dtype, index range, no edge joining two graphs; one host read)
+        # before it is indexed below
+        EdgeSet(edge_index, num_heads=ctx.num_heads).validate(ctx.num_nodes, ctx.batch)
         edge_attr = None
         if self.edge_attr_name is not None and ctx.data is not None:
             edge_attr = getattr(ctx.data, self.edge_attr_name, None)

@@ -6,6 +6,7 @@ import torch
 from torch_geometric.utils import to_dense_batch
 
 from graphattn.edgeset import EdgeSet
+from graphattn.memory import check_edges
 from graphattn.producers._util import explicit_edge_set
 from graphattn.producers.base import EdgeProducer, ProducerContext, check_positive_int
 from graphattn.producers.registry import register_producer
@@ -19,7 +20,9 @@ class KNNEdges(EdgeProducer):
 
     In-degree is exactly :math:`\min(k, n_b - 1)` (:math:`\min(k, n_b)` with ``loop=True``, where
     :math:`i` itself is a candidate). Computed per graph on padded coordinates, chunked over queries
-    so memory stays :math:`O(B \cdot \text{chunk} \cdot n_{max})`. Needs a sorted ``batch``.
+    so memory stays :math:`O(B \cdot \text{chunk} \cdot n_{max})`. Needs a sorted ``batch``. The
+    :math:`N \min(k, n_{max})` edges are checked against the memory budget (:mod:`graphattn.memory`)
+    before anything is computed.
 
     Args:
         k (int): neighbours per node.
@@ -47,13 +50,20 @@ class KNNEdges(EdgeProducer):
         B = counts.numel()
         N = ctx.num_nodes
         dev = ctx.device
-        n_max = int(counts.max()) if B else 0
+        n_max = 0
+        if B and N:  # one host read: the largest graph, and positions free of NaN/inf
+            n_max, finite = torch.stack([counts.max(), torch.isfinite(pos).all().long()]).tolist()
+            if not finite:
+                raise ValueError(f"'{self.attr}' contains NaN or infinite values (a node without a "
+                                 f"position has no nearest neighbours)")
         if N == 0 or n_max == 0:
             empty = torch.empty(2, 0, dtype=torch.long, device=dev)
             return EdgeSet(empty, num_heads=ctx.num_heads,
                            origin=torch.empty(0, dtype=torch.long, device=dev))
-        dense, mask = to_dense_batch(pos.detach(), ctx.batch, batch_size=B, max_num_nodes=n_max)
         k = min(self.k, n_max if self.loop else n_max - 1)
+        check_edges(N * k, what=f"KNNEdges(k={self.k:,}) on {N:,} nodes (graphs of up to {n_max:,})",
+                    how_to_lower="lower k", device=dev)
+        dense, mask = to_dense_batch(pos.detach(), ctx.batch, batch_size=B, max_num_nodes=n_max)
         srcs, dsts = [], []
         if k > 0:
             chunk = max(1, self.max_elements // max(B * n_max, 1))

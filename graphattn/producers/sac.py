@@ -29,10 +29,16 @@ from torch_geometric.nn import Linear
 from torch_geometric.utils import to_dense_batch
 
 from graphattn.edgeset import EdgeSet, union_edge_sets
+from graphattn.memory import EDGE_BYTES, check_edges
 from graphattn.origins import origin_code
-from graphattn.producers._util import draw_device, producer_generator
-from graphattn.producers.base import EdgeProducer, ProducerContext, check_positive_int
+from graphattn.producers.base import (
+    EdgeProducer,
+    ProducerContext,
+    check_int,
+    check_positive_int,
+)
 from graphattn.producers.input import InputEdges
+from graphattn.producers.keyed_random import KeyedRandom
 from graphattn.producers.registry import register_producer
 from graphattn.producers.sac_decoder import (
     DecodePlan,
@@ -68,6 +74,9 @@ def _input_edges(ctx: ProducerContext, *, self_loops: bool) -> EdgeSet:
     return InputEdges(self_loops=self_loops, edge_attr=None).produce(ctx)
 
 
+#: first key words of SAC's keyed draws (candidate lists; the parallel policy's choices)
+_TAG_CANDIDATES, _TAG_DRAWS = 0xCA4D, 0xD4A3
+
 @register_producer("sac")
 class SAC(EdgeProducer):
     r"""Sparse Adaptive Connection: an edge predictor trained with REINFORCE.
@@ -94,7 +103,8 @@ class SAC(EdgeProducer):
 
     Args:
         alpha (float): :math:`\alpha`, predicted edges per node on average (an integer for
-            ``all_nodes`` and ``policy="parallel"``: edges per node).
+            ``all_nodes`` and ``policy="parallel"``: edges per node). The :math:`\alpha N` edges are
+            checked against the memory budget (:mod:`graphattn.memory`) before predicting.
         policy (str): ``"lstm"`` (the paper's sequential predictor: :math:`2\alpha n` LSTM steps) or
             ``"parallel"`` (per-origin independent draws; labelled deviation).
         channels (int): width of the layer input :math:`h` (``-1``: lazy; supplied by the model).
@@ -243,7 +253,7 @@ class SAC(EdgeProducer):
             raise ValueError("'num_candidates' needs policy='parallel' and candidates='all'")
         self.chunk_size = check_positive_int("chunk_size", chunk_size)
         self.max_dense = check_positive_int("max_dense", max_dense)
-        self.seed = int(seed)
+        self.seed = check_int("seed", seed)
 
         K = self.max_distance
         sizes = {"input_graph": [K + 3], "sequence": [2 * K + 2], "predicted_so_far": [K + 2],
@@ -276,6 +286,7 @@ class SAC(EdgeProducer):
         if warm:
             es = self._input_edges(ctx)
         else:
+            self._check_memory(ctx)
             es = self._predict(ctx)
         self._remember(es)
         return es
@@ -299,6 +310,21 @@ class SAC(EdgeProducer):
         out.log_prob, out.log_prob_graph, out.aux_loss = None, None, None
         out.stats = {**es.stats, "shared": 1}
         return out
+
+    def _check_memory(self, ctx: ProducerContext) -> None:
+        """The memory guard (:mod:`graphattn.memory`), on a bound from the sizes: per head segment
+        at most :math:`\alpha N + B` predicted edges (rounding, at least one per graph), twice with
+        ``undirected``, plus the self-loops and input edges. Each predicted edge also keeps its
+        actions and log-probabilities, hence twice the bytes of a plain edge."""
+        N, B = ctx.num_nodes, ctx.num_graphs
+        segments = self.heads if self.head_adaptive else 1
+        predicted = (self.alpha * N + B) * segments
+        edges = predicted * (2 if self.undirected else 1) + (N if self.self_loops else 0)
+        if self.union_input and ctx.data is not None and getattr(ctx.data, "edge_index", None) is not None:
+            edges += int(ctx.data.edge_index.size(1))
+        check_edges(edges, bytes_per_edge=2 * EDGE_BYTES,
+                    what=f"SAC(alpha={self.alpha:g}) on {N:,} nodes", how_to_lower="lower alpha",
+                    device=ctx.device)
 
     def _remember(self, es: EdgeSet) -> None:
         token = self.share_token
@@ -463,7 +489,7 @@ class SAC(EdgeProducer):
                           cand_count=cand_count, buckets=buckets, no_repeat=no_repeat,
                           needs_history=self.distance in ("predicted_so_far", "both"),
                           max_dense=self.max_dense)
-        gen = producer_generator(ctx, self.seed) if mode == "sample" else None
+        gen = KeyedRandom.for_context(ctx, self.seed) if mode == "sample" else None
         res = self.predictor.decode(plan, mode, generator=gen, beam_size=self.beam_size,
                                     actions=actions, want_entropy=self.entropy_weight > 0)
         hop_edge = None
@@ -480,15 +506,18 @@ class SAC(EdgeProducer):
         N, A, M = ctx.num_nodes, int(self.alpha), self.num_candidates
         mode = self._eval_mode(ctx)
         no_repeat = self._no_repeat(mode)
-        gen = producer_generator(ctx, self.seed) if mode == "sample" else \
-            torch.Generator(device=ctx.device).manual_seed(self.seed)
+        # keyed draws (graphattn.producers.keyed_random): fresh candidates and draws every training
+        # pass, fixed ones (``seed``) in evaluation; in a seeded call a graph's draws depend on it only
+        rng = KeyedRandom.for_context(ctx, self.seed)
         hops = self._hop_distances(ctx, ptr)
         node = torch.arange(N, device=ctx.device)
         g = ctx.batch
+        gw = rng.graph_words(n)[g]
+        local = node - ptr[g]
         # candidates: the node itself, its input neighbours, M uniform nodes of its graph (no repeats)
         nptr, ncol = hops.neighbours()
         deg = nptr.diff()
-        rnd = sample_without_replacement(n[g], M, gen)
+        rnd = sample_without_replacement(n[g], M, rng.rows(_TAG_CANDIDATES, gw, local))
         rnd = torch.where(rnd >= 0, rnd + ptr[g][:, None], -1)
         bk_rnd = hops.pair_buckets(node[:, None].expand_as(rnd), rnd.clamp(min=0))
         rnd = torch.where((rnd >= 0) & (bk_rnd > 1), rnd, -1)  # self / neighbours are listed already
@@ -497,12 +526,10 @@ class SAC(EdgeProducer):
         perm = torch.argsort(deg, stable=True)
         C = max(1, self.chunk_size // max((M + 32) * self.embed_dim, 1))
         starts = list(range(0, N, C))
-        seeds = torch.randint(0, 2**62, (segments, max(len(starts), 1)), generator=gen,
-                              device=draw_device(gen, "cpu")).tolist()
         grad = torch.is_grad_enabled()
         K = self.max_distance
         outs = []
-        for ci, c0 in enumerate(starts):
+        for c0 in starts:
             rows = perm[c0:c0 + C]
             Dm = int(deg[rows].max())
             slot = torch.arange(Dm, device=ctx.device)
@@ -524,9 +551,10 @@ class SAC(EdgeProducer):
                 q = pol.query(w[rows])
                 if pol.head_q is not None:
                     q = q + pol.head_q[m].to(q.dtype)
+                keys = rng.rows(_TAG_DRAWS, gw[rows], m, local[rows]).keys[None] if mode == "sample" else None
                 pos, lp, used, ent, _ = pol.run_chunk(
                     q, w, cand, buckets, per_origin, num_draws=A, mode=mode, no_repeat=no_repeat,
-                    seed=int(seeds[m][ci]), grad=grad, sparse=True)
+                    keys=keys, grad=grad, sparse=True)
                 dest = cand.gather(1, pos[0])
                 outs.append((rows[:, None].expand_as(dest), dest, torch.full_like(dest, m), lp[0],
                              used[0], ent[0], bk.gather(1, pos[0]).long()))
@@ -565,18 +593,17 @@ class SAC(EdgeProducer):
         hops = self._hop_distances(ctx, ptr) if self._needs_hops() and B and W else None
         mode = "forced" if actions is not None else self._eval_mode(ctx)
         no_repeat = self._no_repeat(mode)
-        gen = producer_generator(ctx, self.seed) if mode == "sample" else None
+        rng = KeyedRandom.for_context(ctx, self.seed) if mode == "sample" else None
+        gw = rng.graph_words(n) if rng is not None else None
         C = max(1, self.chunk_size // max(B * W, 1))
         segments = self.heads if self.head_adaptive else 1
         starts = list(range(0, W, C))
-        seeds = torch.randint(0, 2**62, (segments, max(len(starts), 1)), generator=gen,
-                              device=draw_device(gen, "cpu")).tolist() if mode == "sample" else None
         grad = torch.is_grad_enabled()
         cols = torch.arange(W, device=ctx.device)
         real = cols[None, None] < n[:, None, None]
         outs: list[tuple[Tensor, ...]] = []
         for m in range(segments):
-            for ci, c0 in enumerate(starts):
+            for c0 in starts:
                 c1 = min(W, c0 + C)
                 o = torch.arange(c0, c1, device=ctx.device)[None].expand(B, -1)
 
@@ -604,9 +631,9 @@ class SAC(EdgeProducer):
                 if pol.head_q is not None:
                     q = q + pol.head_q[m].to(q.dtype)
                 forced = None if actions is None else actions[m][:, c0:c1]
-                seed = 0 if seeds is None else int(seeds[m][ci])
+                keys = None if rng is None or gw is None else rng.rows(_TAG_DRAWS, gw[:, None], m, o).keys
                 draws, lp, slot, ent, hop = pol.run_chunk(
-                    q, emb, masks=masks, num_draws=A, mode=mode, no_repeat=no_repeat, seed=seed,
+                    q, emb, masks=masks, num_draws=A, mode=mode, no_repeat=no_repeat, keys=keys,
                     forced=forced, grad=grad)
                 head = torch.full_like(draws, m)
                 outs.append((o[..., None].expand_as(draws), draws, head, lp, slot, ent, hop))

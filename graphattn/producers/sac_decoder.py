@@ -26,12 +26,15 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
-from graphattn.producers._util import rand
+from graphattn.producers.keyed_random import KeyedRandom, KeyedRows
 
 NEG_INF = float("-inf")
 
 
 # ------------------------------------------------------------------------------------ distances
+#: key word of the parallel policy's draws with replacement (:meth:`ParallelEdgePolicy._draw`)
+_WITH_REPLACEMENT = 0x3A7
+
 class HopDistances:
     r"""Bucketed hop distances :math:`\delta(i, j)` in the (symmetrised) input graph.
 
@@ -350,7 +353,7 @@ class LSTMEdgeDecoder(nn.Module):
         return sig[:, 3 * Hd:] * c.tanh(), c
 
     # ---------------------------------------------------------------------------- decoding
-    def decode(self, plan: DecodePlan, mode: str, *, generator: torch.Generator | None = None,
+    def decode(self, plan: DecodePlan, mode: str, *, generator: torch.Generator | KeyedRandom | None = None,
                beam_size: int = 1, actions: tuple[Tensor, Tensor] | None = None,
                want_entropy: bool = False) -> DecodeResult:
         """Runs the predictor. ``mode``: ``"sample"``, ``"greedy"``, ``"beam"`` (``beam_size``
@@ -373,10 +376,12 @@ class LSTMEdgeDecoder(nn.Module):
             return DecodeResult(roll.origin, roll.dest, roll.head, lp, roll.active, ent)
         return roll
 
-    def rollout(self, plan: DecodePlan, mode: str, generator: torch.Generator | None,
+    def rollout(self, plan: DecodePlan, mode: str, generator: torch.Generator | KeyedRandom | None,
                 actions: tuple[Tensor, Tensor] | None, want_entropy: bool = False) -> Rollout:
         """The choices, step by step (call under :func:`torch.no_grad`): sampling (inverse CDF with
-        pre-drawn uniforms), greedy or teacher-forced. Records the per-step masks for :meth:`score`."""
+        pre-drawn uniforms, keyed by graph, step and origin/destination half — see
+        :mod:`~graphattn.producers.keyed_random`), greedy or teacher-forced. Records the per-step
+        masks for :meth:`score`."""
         emb, n = plan.emb, plan.n
         B, W, _ = emb.shape
         dev = emb.device
@@ -409,7 +414,10 @@ class LSTMEdgeDecoder(nn.Module):
         used = torch.zeros(B, W, dtype=torch.long, device=dev) if (free and plan.no_repeat) else None
         unif = None
         if mode == "sample":
-            unif = rand((T, 2, B, 1), generator, device=dev, dtype=torch.float64)
+            rng = KeyedRandom.coerce(generator, dev)
+            steps, halves = torch.arange(T, device=dev), torch.arange(2, device=dev)
+            unif = rng.rows(steps[:, None, None], halves[None, :, None],
+                            rng.graph_words(n)[None, None, :]).uniform()[..., None]  # [T, 2, B, 1]
             unif = unif * (1.0 - 1e-12)  # strictly below the total mass: never a zero-probability entry
         all_active = int(plan.budget.min()) * plan.segments if B else 0  # steps with no idle graph
         starts: set[int] = set()
@@ -734,32 +742,34 @@ class ParallelEdgePolicy(nn.Module):
         return logits / math.sqrt(self.embed_dim)
 
     def chunk(self, q: Tensor, emb: Tensor, *, masks: Callable[[], tuple[Tensor, list[Tensor], Tensor]],
-              num_draws: int, mode: str, no_repeat: bool, seed: int, forced: Tensor | None
+              num_draws: int, mode: str, no_repeat: bool, keys: Tensor | None, forced: Tensor | None
               ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
         """Draws for one chunk of ``C`` origins with queries ``q [B, C, D]`` over all ``W`` nodes of
         their graph. ``masks()`` gives the candidates ``valid [B, C, W]``, the distance buckets and
         the draws per origin ``[B, C]`` (it is called again when the chunk is recomputed in the
         backward pass). Returns ``[B, C, A]`` tensors (``A = num_draws``): destinations, their
         log-probabilities (0 in unused slots), the used-slot mask, the entropy of the origin's
-        distribution, and the first distance bucket of each draw (0 without distance encoding)."""
+        distribution, and the first distance bucket of each draw (0 without distance encoding).
+        ``keys [B, C]``: the origins' keys for sampling (:class:`~graphattn.producers.keyed_random.
+        KeyedRows`; the uniforms of origin ``(b, c)`` depend on its key only)."""
         valid, buckets, per_origin = masks()
         logits = self._dist_logits(torch.bmm(q, emb.transpose(1, 2)), q, buckets)
-        return self._draw(logits, valid, buckets, per_origin, num_draws, mode, no_repeat, seed, forced)
+        return self._draw(logits, valid, buckets, per_origin, num_draws, mode, no_repeat, keys, forced)
 
     def sparse_chunk(self, q: Tensor, nodes: Tensor, cand: Tensor, buckets: list[Tensor], per_origin: Tensor,
-                     *, num_draws: int, mode: str, no_repeat: bool, seed: int
+                     *, num_draws: int, mode: str, no_repeat: bool, keys: Tensor | None
                      ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
         """As :meth:`chunk` for explicit candidate lists: origins with queries ``q [C, D]``, candidates
         ``cand [C, M]`` (global ids into ``nodes [N, D]``, ``-1`` = none) and their buckets; the draws
-        are positions in the list. Returns ``[1, C, A]`` tensors."""
+        are positions in the list; ``keys [1, C]``. Returns ``[1, C, A]`` tensors."""
         valid = cand >= 0
-        keys = nodes.index_select(0, cand.clamp(min=0).view(-1)).view(*cand.shape, -1)  # [C, M, D]
-        logits = self._dist_logits(torch.einsum("cd,cmd->cm", q, keys), q, buckets)
+        kv = nodes.index_select(0, cand.clamp(min=0).view(-1)).view(*cand.shape, -1)  # [C, M, D]
+        logits = self._dist_logits(torch.einsum("cd,cmd->cm", q, kv), q, buckets)
         return self._draw(logits[None], valid[None], [b[None] for b in buckets], per_origin[None],
-                          num_draws, mode, no_repeat, seed, None)
+                          num_draws, mode, no_repeat, keys, None)
 
     def _draw(self, logits: Tensor, valid: Tensor, buckets: list[Tensor], per_origin: Tensor, A: int,
-              mode: str, no_repeat: bool, seed: int, forced: Tensor | None
+              mode: str, no_repeat: bool, keys: Tensor | None, forced: Tensor | None
               ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
         B, C, W = logits.shape
         dev = logits.device
@@ -775,15 +785,17 @@ class ParallelEdgePolicy(nn.Module):
             elif mode == "greedy":
                 draws = masked.topk(min(A, W), -1).indices
             elif mode == "sample":
-                gen = torch.Generator(device=dev)
-                gen.manual_seed(seed)
-                if no_repeat:
-                    u = torch.rand(masked.shape, generator=gen, device=dev, dtype=masked.dtype)
+                if keys is None:
+                    raise ValueError("sampling needs the origins' 'keys'")
+                rows = KeyedRows(keys[..., None])
+                if no_repeat:  # Gumbel top-A: A draws without replacement
+                    u = rows.uniform(torch.arange(W, device=dev), dtype=masked.dtype)
                     gumbel = -torch.log(-torch.log(u.clamp(1e-20, 1.0 - 1e-7)))
                     draws = (masked + gumbel).topk(min(A, W), -1).indices
-                else:
-                    p = torch.softmax(masked, -1).reshape(B * C, W)
-                    draws = torch.multinomial(p, A, replacement=True, generator=gen).view(B, C, A)
+                else:  # A inverse-CDF draws with replacement
+                    c = torch.softmax(masked, -1).to(torch.float64).cumsum(-1)
+                    u = rows.uniform(_WITH_REPLACEMENT, torch.arange(A, device=dev)) * (1.0 - 1e-12)
+                    draws = torch.searchsorted(c, u * c[..., -1:], right=True).clamp_(max=W - 1)
             else:
                 raise ValueError(f"unknown decoding mode {mode!r} for the parallel policy")
             if draws.size(-1) < A:

@@ -24,7 +24,13 @@ from torch_geometric.utils import to_dense_batch
 from graphattn.edgeset import EdgeSet
 from graphattn.origins import origin_code
 from graphattn.producers._util import rand
-from graphattn.producers.base import EdgeProducer, ProducerContext, check_positive_int
+from graphattn.producers.base import (
+    EdgeProducer,
+    ProducerContext,
+    check_dtype,
+    check_positive_int,
+)
+from graphattn.producers.keyed_random import KeyedRandom
 from graphattn.producers.registry import register_producer
 from graphattn.structured import SharedSourceEdgeSet
 
@@ -98,8 +104,15 @@ def gumbel_noise(shape: tuple[int, ...], *, generator: torch.Generator | None = 
     r"""Standard Gumbel noise :math:`g = -\log(-\log(U + 10^{-20}) + 10^{-20})`,
     :math:`U \sim \mathcal{U}[0, 1)` (mean :math:`\gamma \approx 0.5772`, variance
     :math:`\pi^2/6`). The noise is never scaled by the temperature."""
-    u = rand(shape, generator, dtype=dtype, device=device)
+    return _gumbel(rand(shape, generator, dtype=dtype, device=device))
+
+
+def _gumbel(u: Tensor) -> Tensor:
     return -torch.log(-torch.log(u + GUMBEL_EPS) + GUMBEL_EPS)
+
+
+#: first key words of the nodes' and the support slots' noise (:meth:`SAMSA._draw_noise`)
+_NODE_TAG, _SUPPORT_TAG = 0x90DE, 0x5EB
 
 
 def _slope(z_top: Tensor, z_bot: Tensor, pair_valid: Tensor, tau: float, clamp: bool,
@@ -276,9 +289,12 @@ class SAMSA(EdgeProducer):
     kv-space supports through the layer's projections.
 
     **Randomness.** Gumbel noise is added in training and, if ``eval_noise``, in evaluation (the
-    official code's stochastic evaluation); it is drawn from the caller's generator, else the global
-    RNG, node noise ``[N, H]`` first, then support noise ``[B, S, H]``. :meth:`fixed_noise` injects
-    noise (used in every mode). Without noise, evaluation is deterministic.
+    official code's stochastic evaluation). Its uniforms are keyed (:mod:`~graphattn.producers.
+    keyed_random`) by graph, node index within the graph (or support slot) and head, with one seed
+    per call drawn from the caller's generator, else the global RNG; with a caller's generator a
+    graph is named by its size, so its noise never depends on its batch-mates.
+    :meth:`fixed_noise` injects noise (used in every mode). Without noise, evaluation is
+    deterministic.
 
     **Clamp.** With ``clamp_sigmoid_grad`` the slopes :math:`s'` are rescaled per head by
     :math:`\min(m_h, 1/4)/\max(m_h, \epsilon)`, :math:`m_h` the largest slope of head :math:`h`
@@ -381,10 +397,14 @@ class SAMSA(EdgeProducer):
             return node.to(ctx.device, dtype), sup.to(ctx.device, dtype)
         if not (ctx.training or self.eval_noise):
             return None
-        gen = ctx.generator
-        node = gumbel_noise((N, H), generator=gen, dtype=dtype, device=ctx.device)
-        sup = gumbel_noise((B, S, H), generator=gen, dtype=dtype, device=ctx.device)
-        return node, sup
+        rng = KeyedRandom.for_context(ctx, None)
+        dev = ctx.device
+        graph = rng.graph_words(ctx.counts)
+        heads = torch.arange(H, device=dev)
+        node = rng.rows(_NODE_TAG, graph[ctx.batch][:, None], ctx.local_index()[:, None], heads[None, :])
+        sup = rng.rows(_SUPPORT_TAG, graph[:, None, None], torch.arange(S, device=dev)[None, :, None],
+                       heads[None, None, :])
+        return _gumbel(node.uniform(dtype=dtype)), _gumbel(sup.uniform(dtype=dtype))
 
     # ------------------------------------------------------------------------- selection
     def _score_input(self, ctx: ProducerContext) -> Tensor:
@@ -398,6 +418,10 @@ class SAMSA(EdgeProducer):
         if xs.size(1) != self.channels:
             raise ValueError(f"SAMSA(channels={self.channels}) got a score input of width "
                              f"{xs.size(1)}")
+        name = "x" if self.score_from is None else f"data.{self.score_from}"
+        if not xs.is_floating_point():
+            raise ValueError(f"'{name}' must be a floating-point tensor, got {xs.dtype}")
+        check_dtype(name, xs, self, "SAMSA")
         return xs
 
     def select(self, ctx: ProducerContext) -> SamsaSelection:

@@ -8,15 +8,17 @@ The sampler functions live in :mod:`graphattn.producers.sbm_sampling`.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from graphattn.edgeset import EdgeSet, sort_rows
+from graphattn.memory import check_edges, within_budget
 from graphattn.origins import origin_code
-from graphattn.producers._util import producer_generator
 from graphattn.producers.base import EdgeProducer, ProducerContext, check_positive_int
+from graphattn.producers.keyed_random import KeyedRandom
 from graphattn.producers.registry import register_producer
 from graphattn.producers.sbm_sampling import (
     SELF_LOOP,
@@ -35,6 +37,9 @@ from graphattn.producers.sbm_sampling import (
 SAMPLERS = ("fastrg", "bernoulli")
 STES = ("logit_bias", "logit_scale")
 _KIND_ORIGINS = ("sampled", "exploration", "self_loop")  # indexed by SAMPLED, EXPLORATION, SELF_LOOP
+#: bytes per drawn edge for the memory guard: the draws (query, key, head, kind), the de-duplication's
+#: keys and permutation, and the EdgeSet (edge_index, head, origin, gate bias)
+SBM_EDGE_BYTES = 96
 
 
 @register_producer("sbm")
@@ -90,9 +95,17 @@ class SBMEdges(EdgeProducer):
     ``"sampled"``, ``"exploration"`` (drawn only by the :math:`\delta` term, fastRG), ``"self_loop"``
     (added loops).
 
-    Randomness: the caller's generator if given; otherwise the global RNG in training and, in
-    evaluation, a generator seeded with ``eval_seed`` (``None``: the global RNG, i.e. stochastic
-    evaluation as in the paper — then seed it yourself).
+    Memory guard: before drawing, the expected edge count :math:`\sum (p_{ij} + \delta)` is checked
+    against the memory budget (:mod:`graphattn.memory`); at initialisation :math:`p \approx 0.25`, so
+    large graphs are refused with a :class:`~graphattn.MemoryBudgetError` rather than drawn.
+
+    Randomness: every draw is keyed by its graph, head, block and draw number
+    (:mod:`~graphattn.producers.keyed_random`). One seed per call: from the caller's generator if
+    given; otherwise from the global RNG in training and, in evaluation, ``eval_seed`` (``None``:
+    the global RNG, i.e. stochastic evaluation as in the paper — then seed it yourself). In a
+    seeded call (a generator, or ``eval_seed``) a graph is named by its size and a fingerprint of
+    its raw features, so its edges never depend on its batch-mates; unseeded calls name graphs by
+    position (every graph of the batch draws independently).
 
     Args:
         heads (int, optional): number of heads :math:`H` (checked against the layer; inferred if
@@ -211,13 +224,14 @@ class SBMEdges(EdgeProducer):
         return memberships(q, self.proj, C), block_matrix(C), memberships(k, self.proj, C)
 
     def draw(self, Y: Tensor, S: Tensor, Z: Tensor, ptr: Tensor, *, delta: float,
-             generator: torch.Generator | None) -> tuple[SampledEdges, Tensor]:
+             generator: torch.Generator | KeyedRandom | None,
+             check_memory: Callable[[float], None] | None = None) -> tuple[SampledEdges, Tensor]:
         """The sampling step on graph-sorted nodes: ``(edges, expected [G, H])`` (see
         :func:`~graphattn.producers.sbm_sampling.fastrg_sample` / ``bernoulli_sample``)."""
         if self.sampler == "fastrg":
             return fastrg_sample(Y, S, Z, ptr, delta=delta, generator=generator,
-                                 chunk_size=self.chunk_size)
-        return bernoulli_sample(Y, S, Z, ptr, delta=delta, generator=generator)
+                                 chunk_size=self.chunk_size, check_memory=check_memory)
+        return bernoulli_sample(Y, S, Z, ptr, delta=delta, generator=generator, check_memory=check_memory)
 
     # -------------------------------------------------------------------- produce
     def produce(self, ctx: ProducerContext) -> EdgeSet:
@@ -236,8 +250,9 @@ class SBMEdges(EdgeProducer):
         Ys, Zs = Y.detach(), Z.detach()
         if perm is not None:
             Ys, Zs = Ys[perm], Zs[perm]
-        drawn, expected = self.draw(Ys, S.detach(), Zs, ptr, delta=self.delta if explore else 0.0,
-                                    generator=self._generator(ctx))
+        delta = self.delta if explore else 0.0
+        drawn, expected = self.draw(Ys, S.detach(), Zs, ptr, delta=delta, generator=self._generator(ctx),
+                                    check_memory=self._memory_check(ctx, H, delta))
         if perm is not None:
             drawn = drawn._replace(query=perm[drawn.query], key=perm[drawn.key])
         if self.self_loops:
@@ -261,6 +276,26 @@ class SBMEdges(EdgeProducer):
             stats=_stats(ctx, drawn, gated, expected, sizes, H),
         )
 
+    def _memory_check(self, ctx: ProducerContext, H: int, delta: float) -> Callable[[float], None] | None:
+        r"""The memory guard (:mod:`graphattn.memory`) on the number of drawn edges. As
+        :math:`p_{ij} < 1`, the expectation :math:`\sum_{g,h} \sum_{i,j \in g} (p_{ij} + \delta)` is
+        at most :math:`(1 + \delta) H N^2`, a bound from the sizes: when it fits, no check (``None``).
+        Otherwise the sampler calls the returned check with its expected edge count (fastRG: the
+        exact expectation, read with the finiteness check it makes anyway; Bernoulli: the number
+        of pairs) before drawing."""
+        N = ctx.num_nodes
+        if within_budget((1 + delta) * H * N * N * SBM_EDGE_BYTES, ctx.device):
+            return None
+        def check(edges: float) -> None:
+            check_edges(edges, bytes_per_edge=SBM_EDGE_BYTES, device=ctx.device,
+                        what=f"SBMEdges (delta={delta:g}, {H} heads) on {N:,} nodes, expected from the "
+                        f"current memberships,",
+                        how_to_lower="use smaller graphs or batches or fewer heads, lower delta, or train "
+                        "towards sparser graphs (reg_weight); at initialisation about a quarter of all "
+                        "pairs is drawn")
+
+        return check
+
     def _gate(self, q: Tensor, k: Tensor, Y: Tensor, S: Tensor, Z: Tensor, drawn: SampledEdges,
               gated: Tensor) -> tuple[Tensor | None, Tensor]:
         """``(bias [E] or None, differentiable count of the gated edges)``."""
@@ -276,10 +311,10 @@ class SBMEdges(EdgeProducer):
             bias = bias * (score / math.sqrt(q.size(-1)))
         return bias, gate.sum()
 
-    def _generator(self, ctx: ProducerContext) -> torch.Generator | None:
-        if self.eval_seed is None and ctx.generator is None:  # the paper's stochastic evaluation
-            return None
-        return producer_generator(ctx, self.eval_seed or 0)
+    def _generator(self, ctx: ProducerContext) -> KeyedRandom:
+        """The call's keyed draws: the caller's generator wins; else the global RNG in training and
+        in the paper's stochastic evaluation (``eval_seed=None``), ``eval_seed`` otherwise."""
+        return KeyedRandom.for_context(ctx, self.eval_seed)
 
     def extra_repr(self) -> str:
         return (f"heads={self.heads}, head_dim={self.head_dim}, num_clusters={self.num_clusters}, "

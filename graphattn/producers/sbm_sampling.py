@@ -35,6 +35,7 @@ Edges are returned as :class:`SampledEdges` (``query`` = target :math:`i`, ``key
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import torch
@@ -43,7 +44,12 @@ from torch.autograd import Function
 from torch.autograd.function import once_differentiable
 
 from graphattn.edgeset import _need_float, _need_long, _need_tensor, first_occurrences
-from graphattn.producers._util import poisson, rand
+from graphattn.producers.keyed_random import KeyedRandom, KeyedRows, poisson_from_keys
+
+#: key tags of the keyed draws (:mod:`~graphattn.producers.keyed_random`)
+#: (a purpose's first word names it; the trailing words name a draw within it)
+_TAG_CELL, _TAG_EXPLORE, _TAG_BERNOULLI = 0xC311, 0xE8A1, 0xBE21
+_TAG_COUNT, _TAG_EDGE, _TAG_EXPLORE_COUNT, _TAG_EXPLORE_EDGE = 1, 2, 3, 4
 
 #: edge kinds, in the priority order of :func:`dedupe` (an SBM draw beats an exploration draw beats an
 #: added self-loop)
@@ -243,28 +249,34 @@ def _node_tables(Y: Tensor, lptr: Tensor, batch: Tensor, with_guide: bool) -> _N
     return _NodeTables(running.reshape(-1), guide, base, col_offset)
 
 
-def _draw_counts(rate: Tensor, generator: torch.Generator | None) -> Tensor:
-    if rate.numel() == 0:
-        return torch.zeros(rate.shape, dtype=torch.long, device=rate.device)
-    return poisson(rate, generator).long()
-
-
 def _chunks(counts: Tensor, chunk_size: int):
-    """Yields ``(rows [P], pieces [P])``: consecutive pieces of at most ``chunk_size`` draws in all,
-    ``pieces[p]`` draws of row ``rows[p]`` (rows with more draws are split), rows in order."""
+    """Yields ``(rows [P], pieces [P], offsets [P])``: consecutive pieces of at most ``chunk_size``
+    draws in all, ``pieces[p]`` draws of row ``rows[p]`` starting at its draw number
+    ``offsets[p]`` (rows with more draws are split), rows in order."""
     rows = counts.nonzero().squeeze(1)
     cnt = counts[rows]
     if cnt.numel() == 0:
         return
+    offset = torch.zeros_like(cnt)
     if int(cnt.max()) > chunk_size:  # split big rows into pieces
         npieces = (cnt + chunk_size - 1) // chunk_size
         rows = rows.repeat_interleave(npieces)
         first = torch.cumsum(npieces, 0) - npieces
         piece = torch.arange(rows.numel(), device=counts.device) - first.repeat_interleave(npieces)
         cnt = torch.clamp(cnt.repeat_interleave(npieces) - piece * chunk_size, max=chunk_size)
+        offset = piece * chunk_size
     chunk = torch.div(cnt.cumsum(0) - cnt, chunk_size, rounding_mode="floor")
     _, sizes = torch.unique_consecutive(chunk, return_counts=True)
-    yield from zip(rows.split(sizes.tolist()), cnt.split(sizes.tolist()), strict=True)
+    split = sizes.tolist()
+    yield from zip(rows.split(split), cnt.split(split), offset.split(split), strict=True)
+
+
+def _draw_numbers(cnt: Tensor, offset: Tensor, total: int) -> Tensor:
+    """``[total]`` draw number of each draw within its row, for pieces of ``cnt`` draws starting at
+    draw numbers ``offset`` (the pieces' draws listed one piece after another)."""
+    start = cnt.cumsum(0) - cnt
+    return (torch.arange(total, device=cnt.device)
+            - torch.repeat_interleave(start - offset, cnt, output_size=total))
 
 
 def _graph_blocks(ptr: Tensor, heads: int, k: int, max_table: int) -> list[tuple[int, int]]:
@@ -281,9 +293,10 @@ def _graph_blocks(ptr: Tensor, heads: int, k: int, max_table: int) -> list[tuple
 
 
 def _fastrg_block(Y: Tensor, B: Tensor, Z: Tensor, ptr: Tensor, ga: int, gb: int, counts: Tensor,
-                  generator: torch.Generator | None, chunk_size: int,
-                  guide: bool | None) -> list[SampledEdges]:
-    """The SBM draws of graphs ``ga .. gb - 1``; ``counts [(gb - ga) H k]`` edges per (graph, head, U)."""
+                  row_keys: Tensor, chunk_size: int, guide: bool | None) -> list[SampledEdges]:
+    """The SBM draws of graphs ``ga .. gb - 1``; ``counts [(gb - ga) H k]`` edges per (graph, head,
+    U) and ``row_keys`` the keys of those rows (draw ``t`` of a row uses the uniforms keyed by
+    ``(row key, t)``)."""
     total = int(counts.sum())
     if total == 0:
         return []
@@ -318,18 +331,21 @@ def _fastrg_block(Y: Tensor, B: Tensor, Z: Tensor, ptr: Tensor, ga: int, gb: int
         "v_start": v_start, "v_off": row_f, "h": torch.div(col_row, k, rounding_mode="floor"),
         "first": first_row, "n": sizes[g_row], "base": yt.base[g_row],
         "i_start": col_row * Nb + first_row, "i_off": yt.base[g_row] + yt.col_offset[col_row],
+        "key": row_keys,
     }
     parts = []
-    for rsel, cnt in _chunks(counts, chunk_size):
+    for rsel, cnt, offset in _chunks(counts, chunk_size):
         E = int(cnt.sum())
         e = {name: torch.repeat_interleave(t[rsel], cnt, output_size=E) for name, t in tables.items()}
-        u = rand((3, E), generator, dtype=torch.float64, device=dev)
-        v = _table_search(v_keys, v_guide, e["v_start"], k, e["v_off"], u[0]) - e["v_start"]
+        draw = KeyedRows(e["key"]).extend(_draw_numbers(cnt, offset, E))
+        v = _table_search(v_keys, v_guide, e["v_start"], k, e["v_off"], draw.uniform(0)) - e["v_start"]
         first, n_g = e["first"], e["n"]
-        i = _table_search(yt.keys, yt.guide, e["i_start"], n_g, e["i_off"], u[1]) - e["i_start"]
+        i = _table_search(yt.keys, yt.guide, e["i_start"], n_g, e["i_off"], draw.uniform(1)) \
+            - e["i_start"]
         col = e["h"] * k + v
         start = col * Nb + first
-        j = _table_search(zt.keys, zt.guide, start, n_g, e["base"] + zt.col_offset[col], u[2]) - start
+        j = _table_search(zt.keys, zt.guide, start, n_g, e["base"] + zt.col_offset[col],
+                          draw.uniform(2)) - start
         parts.append(SampledEdges(i + first + n0, j + first + n0, e["h"], torch.full_like(i, SAMPLED)))
     return parts
 
@@ -341,10 +357,11 @@ def fastrg_sample(
     ptr: Tensor,
     *,
     delta: float = 0.0,
-    generator: torch.Generator | None = None,
+    generator: torch.Generator | KeyedRandom | None = None,
     chunk_size: int = 1 << 20,
     max_table: int = 1 << 22,
     guide: bool | None = None,
+    check_memory: Callable[[float], None] | None = None,
 ) -> tuple[SampledEdges, Tensor]:
     r"""Exact batched fastRG (Algorithm 1) per (graph, head), plus :math:`\delta`-exploration.
 
@@ -364,11 +381,17 @@ def fastrg_sample(
         B: ``[H, k, k]`` non-negative block matrix.
         ptr: ``[G + 1]`` CSR pointer of the graphs.
         delta: exploration rate (:math:`\operatorname{Poisson}(\delta n_g^2)` extra uniform pairs).
-        generator: random generator (the draws are a deterministic function of its state).
+        generator: the call's keyed random numbers (:class:`~graphattn.producers.keyed_random.
+            KeyedRandom`), or a generator (``None``: the global RNG) from which one seed is drawn.
+            Every draw is keyed by its graph (:meth:`~graphattn.producers.keyed_random.
+            KeyedRandom.graph_words`: its size in a seeded producer call, so that a graph's edges
+            do not depend on the other graphs of the batch), head, block and draw number.
         chunk_size: drawn edges processed at once.
         max_table: table entries per block of graphs (bounds the temporary memory, about 50 bytes
             per entry).
         guide: use guide tables (``None``: when there are at least 1/8 draws per table entry).
+        check_memory: called with the expected number of draws before any is made (a memory
+            guard, e.g. :func:`graphattn.memory.check_edges`; it raises to refuse).
 
     Returns:
         ``(edges, expected)``: the drawn multi-edges (not de-duplicated; SBM draws first, then the
@@ -384,21 +407,36 @@ def fastrg_sample(
     n = graph_sizes(ptr)
     ys, zs = column_sums(Y.to(torch.float64), ptr), column_sums(Z.to(torch.float64), ptr)
     rate = ys * torch.einsum("huv,ghv->ghu", B.to(torch.float64), zs)  # [G, H, k]: Σ_v B̄[u, v]
-    if not bool(torch.isfinite(rate).all()):
+    total = rate.sum() + delta * (n * n).sum().to(torch.float64) * H
+    finite, total = torch.stack([torch.isfinite(rate).all().to(torch.float64), total]).tolist()
+    if not finite:
         raise FloatingPointError("SBM expected edge count is not finite")
-    counts = _draw_counts(rate.reshape(-1), generator)  # edges per (graph, head, U)
+    if check_memory is not None:
+        check_memory(total)
+    rng = KeyedRandom.coerce(generator, dev)
+    heads = torch.arange(H, device=dev)
+    gw = rng.graph_words(n)
+    cells = rng.rows(_TAG_CELL, gw[:, None, None], heads[None, :, None],
+                     torch.arange(k, device=dev)[None, None, :])
+    counts = poisson_from_keys(rate, cells.extend(_TAG_COUNT)).reshape(-1)  # edges per (graph, head, U)
+    edge_keys = cells.extend(_TAG_EDGE).keys.reshape(-1)
     explore_rate = (delta * (n * n).to(torch.float64))[:, None].expand(G, H).reshape(-1)
-    mx = _draw_counts(explore_rate, generator) if delta > 0 else torch.zeros(0, dtype=torch.long)
+    explore = rng.rows(_TAG_EXPLORE, gw[:, None], heads[None, :]).keys.reshape(-1)
+    mx = poisson_from_keys(explore_rate, KeyedRows(explore).extend(_TAG_EXPLORE_COUNT)) if delta > 0 \
+        else torch.zeros(0, dtype=torch.long)
     expected = rate.sum(-1) + explore_rate.view(G, H)
 
     parts: list[SampledEdges] = []
     for ga, gb in _graph_blocks(ptr, H, k, max_table):
-        parts += _fastrg_block(Y, B, Z, ptr, ga, gb, counts[ga * H * k:gb * H * k], generator,
-                               chunk_size, guide)
+        rows = slice(ga * H * k, gb * H * k)
+        parts += _fastrg_block(Y, B, Z, ptr, ga, gb, counts[rows], edge_keys[rows], chunk_size, guide)
     if int(mx.sum()):
-        for gh, cnt in _chunks(mx, chunk_size):
-            gh = torch.repeat_interleave(gh, cnt)
-            u = rand((2, gh.numel()), generator, dtype=torch.float64, device=dev)
+        for gh, cnt, offset in _chunks(mx, chunk_size):
+            E = int(cnt.sum())
+            draw = KeyedRows(torch.repeat_interleave(explore[gh], cnt, output_size=E)).extend(
+                _TAG_EXPLORE_EDGE, _draw_numbers(cnt, offset, E))
+            u = (draw.uniform(0), draw.uniform(1))
+            gh = torch.repeat_interleave(gh, cnt, output_size=E)
             g, h = torch.div(gh, H, rounding_mode="floor"), gh % H
             size = n[g]
             i = ptr[g] + torch.minimum((u[0] * size).long(), size - 1)
@@ -415,13 +453,18 @@ def bernoulli_sample(
     ptr: Tensor,
     *,
     delta: float = 0.0,
-    generator: torch.Generator | None = None,
+    generator: torch.Generator | KeyedRandom | None = None,
     max_elements: int = 1 << 24,
+    check_memory: Callable[[float], None] | None = None,
 ) -> tuple[SampledEdges, Tensor]:
     r"""Dense Bernoulli sampling (the official code's path): :math:`M_{ij} \sim
     \operatorname{Bernoulli}(\operatorname{clamp}(p_{ij} + \delta, 0, 1))` for every pair of every
     graph and head, with :math:`p = Y B Z^\top` computed in the dtype of ``Y`` on padded graphs, in
     blocks of query rows of at most ``max_elements`` probabilities.
+
+    The uniform of pair :math:`(i, j)` of head :math:`h` is keyed by the graph, :math:`h` and the
+    local indices of :math:`i, j` (``generator``: as :func:`fastrg_sample`). ``check_memory`` is
+    called with the number of pairs (a bound on the edges) before sampling.
 
     Returns ``(edges, expected)``: the sampled edges (distinct, kind :data:`SAMPLED`) and ``expected
     [G, H]`` = :math:`\sum_{i,j \in g} \operatorname{clamp}(p_{ij} + \delta, 0, 1)`.
@@ -437,6 +480,8 @@ def bernoulli_sample(
     expected = torch.zeros(G, H, dtype=torch.float64, device=dev)
     if N == 0 or n_max == 0:
         return SampledEdges.empty(dev), expected
+    if check_memory is not None:
+        check_memory(float(G * H * n_max * n_max))
     batch = graph_of_nodes(ptr)
     local = torch.arange(N, device=dev) - ptr[batch]
     Yp = Y.new_zeros(G, n_max, H, k)
@@ -445,6 +490,10 @@ def bernoulli_sample(
     Wp[batch, local] = key_projection(Z, B)
     Yp, Wt = Yp.transpose(1, 2).contiguous(), Wp.permute(0, 2, 3, 1).contiguous()  # [G,H,n,k], [G,H,k,n]
     padded = bool((n < n_max).any())
+    rng = KeyedRandom.coerce(generator, dev)
+    pair_keys = rng.rows(_TAG_BERNOULLI, rng.graph_words(n)[:, None, None],
+                         torch.arange(H, device=dev)[None, :, None]).keys  # [G, H, 1]
+    cols = torch.arange(n_max, device=dev)
     key_ok = torch.arange(n_max, device=dev)[None, :] < n[:, None]  # [G, n_max]
     rows_per_block = max(1, max_elements // max(G * H * n_max, 1))
     parts: list[SampledEdges] = []
@@ -455,7 +504,8 @@ def bernoulli_sample(
             ok = key_ok[:, None, None, :] & key_ok[:, None, a:b, None]
             prob.masked_fill_(~ok, 0.0)
         expected += prob.sum((-1, -2)).to(torch.float64)
-        hit = rand(tuple(prob.shape), generator, dtype=prob.dtype, device=dev) < prob
+        u = KeyedRows(pair_keys[..., None]).uniform(torch.arange(a, b, device=dev)[:, None], cols)
+        hit = u < prob  # compared in float64
         g, h, il, jl = hit.nonzero(as_tuple=True)
         i, j = ptr[g] + il + a, ptr[g] + jl
         parts.append(SampledEdges(i, j, h, torch.full_like(i, SAMPLED)))

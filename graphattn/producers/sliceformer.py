@@ -132,7 +132,7 @@ def _sort_src(values: Tensor, batch: Tensor | None, descending: bool | Tensor | 
         key = torch.where(descending.to(values.device), -key, key)
     elif descending:
         key = -key
-    if batch is None or single_graph:
+    if batch is None or single_graph or N == 0:  # no nodes (a batch of empty graphs): no sort
         return torch.argsort(key, dim=0, stable=True)
     if method == "segmented" and not is_sorted:
         raise ValueError("method='segmented' needs 'batch' sorted by graph (as in a PyG Batch)")

@@ -7,6 +7,7 @@ from torch import nn
 from torch_geometric.utils import scatter
 
 from graphattn.edgeset import EdgeSet, derived_edge_sets
+from graphattn.memory import DENSE_PAIR_BYTES, check_edges
 from graphattn.origins import origin_code
 from graphattn.producers.base import EdgeProducer, ProducerContext, check_positive_int
 from graphattn.producers.registry import register_producer
@@ -24,7 +25,8 @@ class VirtualNodes(EdgeProducer):
     The virtual nodes are sources only (a global read-out channel in one hop, as Exphormer's
     virtual nodes seen from the targets); their features are appended as ``virtual_x`` and projected
     by the layer. Alone it is a :class:`~graphattn.SharedSourceEdgeSet`; unite it with local edges
-    (``union``) for the usual "edges + virtual node" model.
+    (``union``) for the usual "edges + virtual node" model. Its :math:`N m` edges (per head, on the
+    dense path) are checked against the memory budget (:mod:`graphattn.memory`).
 
     Args:
         channels (int): width of ``x`` (the learned embeddings :math:`e_j`); ``-1``: lazy, sized by
@@ -60,6 +62,9 @@ class VirtualNodes(EdgeProducer):
         if ctx.x.size(1) != self.channels:
             raise ValueError(f"VirtualNodes(channels={self.channels}) got x of width {ctx.x.size(1)}")
         B, m, N = ctx.num_graphs, self.num_virtual, ctx.num_nodes
+        check_edges(N * m, bytes_per_edge=ctx.num_heads * DENSE_PAIR_BYTES,
+                    what=f"VirtualNodes(num_virtual={m:,}) on {N:,} nodes",
+                    how_to_lower="lower num_virtual", device=ctx.device)
         ptr = ctx.ptr
         emb = self.embedding.to(ctx.x.dtype)
         if self.pool == "none":

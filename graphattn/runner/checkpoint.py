@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +39,9 @@ def load_checkpoint(path: str | Path, map_location: Any = "cpu") -> dict[str, An
     A damaged, truncated or foreign file raises a ``ValueError`` naming it."""
     path = Path(path)
     try:
-        ck = torch.load(path, map_location=map_location, weights_only=True)
+        with warnings.catch_warnings():  # garbage can look like an unusual pickle protocol
+            warnings.filterwarnings("ignore", message="Detected pickle protocol")
+            ck = torch.load(path, map_location=map_location, weights_only=True)
     except FileNotFoundError:
         raise ValueError(f"checkpoint {path} does not exist") from None
     except pickle.UnpicklingError as exc:

@@ -119,12 +119,16 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if path.suffix not in (".toml", ".json"):
         raise ValueError(f"config file must be .toml or .json, got {path.name!r}")
+    if path.is_dir():
+        raise ValueError(f"config file {path} is a directory, not a file")
     if not path.is_file():
         raise ValueError(f"config file {path} does not exist")
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError:
         raise ValueError(f"config file {path} is not UTF-8 text") from None
+    except OSError as exc:
+        raise ValueError(f"config file {path} cannot be read ({exc.strerror or exc})") from None
     try:
         cfg = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
     except ValueError as exc:  # tomllib.TOMLDecodeError and json.JSONDecodeError

@@ -164,15 +164,34 @@ def test_the_command_line_overrides_a_bad_file_value(tmp_path, capsys):
     ("bad.json", "{1: 2}", "is not valid JSON"),
     ("list.json", "[1, 2]", "must hold a table/object of options, got list"),
     ("latin1.toml", b"lr = 0.1 # \xff\n", "is not UTF-8 text"),
+    ("syntax.toml", "lr = \n", "is not valid TOML"),
+    ("folder.toml", "dir", "is a directory, not a file"),
 ])
 def test_config_file_problems_name_the_file(name, content, expected, tmp_path, capsys, no_run):
     f = tmp_path / name
     if isinstance(content, bytes):
         f.write_bytes(content)
+    elif content == "dir":
+        f.mkdir()
     elif content is not None:
         f.write_text(content)
     err = _one_line_error(capsys, ["--config", str(f)])
     assert expected in err and name in err
+
+
+def test_an_unreadable_config_file_is_named(tmp_path, capsys, no_run, monkeypatch):
+    f = tmp_path / "locked.toml"
+    f.write_text("lr = 0.1\n")
+    real = Path.read_text
+
+    def no_permission(self, *args, **kwargs):
+        if self == f:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "read_text", no_permission)
+    err = _one_line_error(capsys, ["--config", str(f)])
+    assert f"config file {f} cannot be read (Permission denied)" in err
 
 
 def test_debug_raises_the_config_error(no_run):

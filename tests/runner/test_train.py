@@ -213,3 +213,34 @@ def test_a_damaged_checkpoint_names_the_file(mirror, tmp_path, damage):
         last.write_bytes(blob)
         with pytest.raises(ValueError, match=str(last)):
             load_checkpoint(last)
+
+
+def test_resume_removes_the_temporary_checkpoint_a_killed_run_left(mirror, tmp_path, monkeypatch):
+    """A run SIGKILLed while writing ``last.pt`` leaves ``.last.pt.<random>.tmp``; the resumed run's
+    next checkpoint write removes it."""
+
+    class Killed(Exception):
+        pass
+
+    real_save = Trainer.save
+
+    def save_then_die(self, name):
+        real_save(self, name)
+        if name == "last.pt":
+            raise Killed
+
+    out = tmp_path / "run"
+    monkeypatch.setattr(Trainer, "save", save_then_die)
+    with pytest.raises(Killed):
+        run_experiment({**SMALL, "epochs": 2, "seeds": [0], "out": str(out)})
+    monkeypatch.undo()
+    seed_dir = out / "seed0"
+    assert torch.load(seed_dir / "last.pt", weights_only=True)["epoch"] == 1
+    stale = seed_dir / ".last.pt.k1ll3d_0.tmp"
+    stale.write_bytes((seed_dir / "last.pt").read_bytes()[:100])
+    old = time.time() - 7200
+    os.utime(stale, (old, old))
+    run_experiment({**SMALL, "epochs": 2, "seeds": [0], "out": str(out), "resume": True})
+    assert not stale.exists()
+    assert not list(seed_dir.glob(".*.tmp"))
+    assert torch.load(seed_dir / "last.pt", weights_only=True)["epoch"] == 2
