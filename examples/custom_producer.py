@@ -12,8 +12,8 @@ import torch
 from torch_geometric.data import Batch, Data
 
 import graphattn
-from graphattn import EdgeSet, HybridLayer, origin_code
-from graphattn.producers import EdgeProducer, ProducerContext, register_producer
+from graphattn import EdgeSet, HybridLayer
+from graphattn.producers import EdgeProducer, ProducerContext, explicit_edge_set, register_producer
 
 
 @register_producer("dilated")
@@ -25,15 +25,17 @@ class DilatedEdges(EdgeProducer):
         self.levels = levels
 
     def produce(self, ctx: ProducerContext) -> EdgeSet:
-        local = torch.arange(ctx.num_nodes) - ctx.ptr[ctx.batch]
+        dev = ctx.device  # every tensor on the features' device: the producer runs on a GPU too
+        start = ctx.ptr[ctx.batch]  # first node of each node's graph (needs a sorted batch)
+        local = torch.arange(ctx.num_nodes, device=dev) - start
         n = ctx.counts[ctx.batch]
-        steps = torch.tensor([0] + [s * 2**m for m in range(self.levels) for s in (-1, 1)])
+        steps = torch.tensor([0] + [s * 2**m for m in range(self.levels) for s in (-1, 1)], device=dev)
         src_local = local[:, None] + steps[None, :]
         ok = (src_local >= 0) & (src_local < n[:, None])
-        src = (ctx.ptr[ctx.batch][:, None] + src_local)[ok]
-        dst = torch.arange(ctx.num_nodes)[:, None].expand_as(src_local)[ok]
-        return EdgeSet(torch.stack([src, dst]), num_heads=ctx.num_heads,
-                       origin=torch.full_like(src, origin_code("dilated")))
+        src = (start[:, None] + src_local)[ok]
+        dst = torch.arange(ctx.num_nodes, device=dev)[:, None].expand_as(src_local)[ok]
+        # the layer's heads, the origin label "dilated" (shown by the trace and the viewer)
+        return explicit_edge_set(torch.stack([src, dst]), ctx, "dilated")
 
 
 def main() -> None:

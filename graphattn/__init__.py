@@ -15,9 +15,11 @@ __version__ = "0.1.0"
 # public name -> module that defines it
 _EXPORTS = {
     "AttentionTrace": "graphattn.tracing",
+    "BaseEdgeSet": "graphattn.edgeset",
     "EdgeAttention": "graphattn.attention",
     "EdgeProducer": "graphattn.producers",
     "EdgeSet": "graphattn.edgeset",
+    "ExplicitOnlyError": "graphattn.edgeset",
     "GraphTransformer": "graphattn.nn",
     "HybridLayer": "graphattn.nn",
     "MemoryBudgetError": "graphattn.memory",
@@ -25,6 +27,7 @@ _EXPORTS = {
     "PermutationEdgeSet": "graphattn.structured",
     "ProducerContext": "graphattn.producers",
     "SharedSourceEdgeSet": "graphattn.structured",
+    "StructuredEdgeSet": "graphattn.structured",
     "get_memory_budget": "graphattn.memory",
     "memory_budget": "graphattn.memory",
     "origin_code": "graphattn.origins",
@@ -37,9 +40,11 @@ _SUBPACKAGES = ("producers", "nn", "data", "runner", "viz", "kernels", "memory")
 
 __all__ = [
     "AttentionTrace",
+    "BaseEdgeSet",
     "EdgeAttention",
     "EdgeProducer",
     "EdgeSet",
+    "ExplicitOnlyError",
     "GraphTransformer",
     "HybridLayer",
     "MemoryBudgetError",
@@ -47,6 +52,7 @@ __all__ = [
     "PermutationEdgeSet",
     "ProducerContext",
     "SharedSourceEdgeSet",
+    "StructuredEdgeSet",
     "get_memory_budget",
     "memory",
     "memory_budget",
@@ -61,12 +67,17 @@ __all__ = [
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from graphattn import memory, producers
     from graphattn.attention import EdgeAttention
-    from graphattn.edgeset import EdgeSet, union_edge_sets
+    from graphattn.edgeset import BaseEdgeSet, EdgeSet, ExplicitOnlyError, union_edge_sets
     from graphattn.memory import MemoryBudgetError, get_memory_budget, memory_budget, set_memory_budget
     from graphattn.nn import GraphTransformer, HybridLayer
     from graphattn.origins import origin_code, origin_name
     from graphattn.producers import EdgeProducer, ProducerContext
-    from graphattn.structured import OperatorEdgeSet, PermutationEdgeSet, SharedSourceEdgeSet
+    from graphattn.structured import (
+        OperatorEdgeSet,
+        PermutationEdgeSet,
+        SharedSourceEdgeSet,
+        StructuredEdgeSet,
+    )
     from graphattn.tracing import AttentionTrace, trace
 
 

@@ -18,8 +18,18 @@ duplicated key); :meth:`EdgeSet.coalesce` removes duplicates.
 Sources ``>= N`` (``N`` = number of real nodes) index the **virtual sources** ``virtual_x``, which are
 projected by the layer like real nodes. Virtual sources are never targets.
 
-Structured subclasses keep the same meaning and add a faster kernel; ``to_explicit()`` materialises
-plain edges (for tests, the viewer and the generic kernel):
+Every edge set, explicit or structured, is a :class:`BaseEdgeSet`: ``num_heads``, ``mode``, virtual
+sources, ``log_prob``, ``aux_loss``, ``stats``, ``device``, ``num_edges``, ``per_head``, ``validate``,
+``to``, ``detach`` and ``to_explicit()``, none of which enumerates edges. :class:`EdgeSet` (explicit
+COO) adds the explicit-only members: ``edge_index`` and the per-edge fields, ``csr``, ``replace``,
+``select``, ``coalesce``, ``expand_heads``.
+
+Structured subclasses (:class:`graphattn.structured.StructuredEdgeSet`) keep the same meaning and add
+a faster kernel. They are :class:`EdgeSet` instances (``isinstance`` checks and the layer accept
+them) that never enumerate their edges implicitly: their ``device`` and ``num_edges`` are computed
+from the structure, their per-edge fields are ``None`` and the explicit-only members raise an
+:class:`ExplicitOnlyError`. Only ``to_explicit()`` materialises plain edges (for tests, the viewer
+and the generic kernel):
 
 * :class:`SharedSourceEdgeSet`: every target of graph ``b`` attends, in head ``h``, to the same list
   ``sources[b, h]`` (SAMSA, full attention) → dense batched attention.
@@ -31,8 +41,9 @@ from __future__ import annotations
 
 import functools
 import threading
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import torch
 from torch import Tensor
@@ -41,6 +52,7 @@ from graphattn.memory import check_edges
 from graphattn.origins import origin_code
 
 F = TypeVar("F", bound=Callable[..., Any])
+ES = TypeVar("ES", bound="BaseEdgeSet")
 
 MODES = ("attention", "weighted")
 
@@ -136,145 +148,81 @@ def sort_rows(rows: Tensor, num_rows: int) -> tuple[Tensor, Tensor]:
     return perm, ptr_from_counts(torch.bincount(rows, minlength=num_rows))
 
 
-class EdgeSet:
-    r"""Explicit edge set (COO). See the module docstring for the math.
+class ExplicitOnlyError(TypeError):
+    """An explicit-only member (``edge_index``, ``csr``, ``select``, ...) was used on a structured
+    edge set, which does not hold its edges: answering would enumerate all of them. Call
+    ``to_explicit()`` first to materialise them on purpose."""
 
-    Args:
-        edge_index (LongTensor): ``[2, E]``, row 0 = source :math:`j`, row 1 = target :math:`i`.
-        head (LongTensor, optional): ``[E]`` head of each edge; ``None`` = every edge in every head.
-        num_heads (int): number of heads the edge set is meant for.
-        mode (str): ``"attention"`` (softmax over each target's in-edges) or ``"weighted"``.
-        bias (Tensor, optional): ``[E]`` or ``[E, H]`` added to the logit (may carry gradient).
-        weight (Tensor, optional): ``[E]`` or ``[E, H]``, real or complex, multiplies the message after
-            the softmax (may carry gradient).
-        virtual_x (Tensor, optional): ``[Nv, F]`` features of virtual sources ``N .. N + Nv - 1``.
-        virtual_batch (LongTensor, optional): ``[Nv]`` graph of each virtual source, ``-1`` for
-            graph-agnostic sources (e.g. learned support tokens). ``None`` = all graph-agnostic.
-        origin (LongTensor, optional): ``[E]`` producer code of each edge (:mod:`graphattn.origins`).
-        edge_attr (Tensor, optional): ``[E, F_e]`` edge features, added to keys and values.
-        log_prob (Tensor, optional): ``[A]`` log-probabilities of sampled decisions (policy gradient).
-        log_prob_graph (LongTensor, optional): ``[A]`` graph of each ``log_prob`` entry.
-        aux_loss (Tensor, optional): differentiable scalar added to the training loss.
-        stats (dict, optional): statistics for logging; never read by the math.
 
-    With per-head edges (``head`` given), ``bias`` and ``weight`` must be ``[E]``.
+class BaseEdgeSet(ABC):
+    r"""What every edge set has, explicit (:class:`EdgeSet`) or structured
+    (:class:`graphattn.structured.StructuredEdgeSet`); none of it enumerates edges.
+
+    Fields: ``num_heads``, ``mode``, ``virtual_x`` / ``virtual_batch`` (virtual sources),
+    ``log_prob`` / ``log_prob_graph`` (policy gradient), ``aux_loss`` and ``stats`` (see
+    :class:`EdgeSet` for their meaning). Subclasses implement :attr:`device`, :attr:`num_edges`,
+    :attr:`per_head`, :meth:`to_explicit` and the index checks of :meth:`validate` from what they
+    store.
     """
 
-    structure = "explicit"
+    #: ``"explicit"``, or the fast path of a structured edge set (``"shared_sources"``, ...)
+    structure: ClassVar[str]
 
-    def __init__(
+    num_heads: int
+    mode: str
+    virtual_x: Tensor | None
+    virtual_batch: Tensor | None
+    log_prob: Tensor | None
+    log_prob_graph: Tensor | None
+    aux_loss: Tensor | None
+    stats: dict[str, Any]
+    _cache: dict[Any, Any]
+
+    def _init_common(
         self,
-        edge_index: Tensor,
         *,
-        head: Tensor | None = None,
-        num_heads: int = 1,
-        mode: str = "attention",
-        bias: Tensor | None = None,
-        weight: Tensor | None = None,
-        virtual_x: Tensor | None = None,
-        virtual_batch: Tensor | None = None,
-        origin: Tensor | None = None,
-        edge_attr: Tensor | None = None,
-        log_prob: Tensor | None = None,
-        log_prob_graph: Tensor | None = None,
-        aux_loss: Tensor | None = None,
-        stats: dict[str, Any] | None = None,
+        num_heads: int,
+        mode: str,
+        virtual_x: Tensor | None,
+        virtual_batch: Tensor | None,
+        log_prob: Tensor | None,
+        log_prob_graph: Tensor | None,
+        aux_loss: Tensor | None,
+        stats: dict[str, Any] | None,
     ) -> None:
+        """Checks ``num_heads`` and ``mode`` and stores the common fields; the subclass checks the
+        tensors with :meth:`_check_common_fields` once its own fields are set."""
         self.num_heads = _check_num_heads(num_heads)
         self.mode = _check_mode(mode)
-        if edge_index is not None or self.structure == "explicit":
-            edge_index = _need_long("edge_index", _need_tensor("edge_index", edge_index, dims=2))
-            if edge_index.size(0) != 2:
-                raise ValueError(
-                    f"'edge_index' must have shape [2, E] (row 0 = source, row 1 = target), "
-                    f"got {_shape(edge_index)}"
-                )
-        self._edge_index = edge_index
-        self.head = head
-        self.bias = bias
-        self.weight = weight
         self.virtual_x = virtual_x
         self.virtual_batch = virtual_batch
-        self.origin = origin
-        self.edge_attr = edge_attr
         self.log_prob = log_prob
         self.log_prob_graph = log_prob_graph
         self.aux_loss = aux_loss
         self.stats = dict(stats) if stats else {}
-        self._cache: dict[Any, Any] = {}
-        self._check_fields()
+        self._cache = {}
 
     # ------------------------------------------------------------------ fields
     @property
-    def edge_index(self) -> Tensor:
-        """``[2, E]`` explicit edges (materialised for structured edge sets)."""
-        if self._edge_index is None:
-            return self.to_explicit().edge_index
-        return self._edge_index
+    @abstractmethod
+    def device(self) -> torch.device:
+        """The device of the edges (of the tensors that define them)."""
 
     @property
-    def per_head(self) -> bool:
-        """Whether edges belong to one head each (``head`` given)."""
-        return self.head is not None
-
-    @property
+    @abstractmethod
     def num_edges(self) -> int:
-        return int(self.edge_index.size(1))
+        """The number of edges of :meth:`to_explicit`, computed without enumerating them."""
+
+    @property
+    @abstractmethod
+    def per_head(self) -> bool:
+        """Whether edges belong to one head each (the explicit form has ``head``)."""
 
     @property
     def num_virtual(self) -> int:
         return 0 if self.virtual_x is None else int(self.virtual_x.size(0))
 
-    @property
-    def device(self) -> torch.device:
-        return self.edge_index.device
-
-    def _check_edge_field(self, name: str, value: Tensor | None, num_edges: int) -> None:
-        """Checks an ``[E]`` / ``[E, H]`` per-edge float field."""
-        if value is None:
-            return
-        _need_tensor(name, value, dims=(1, 2))
-        _need_float(name, value, complex_ok=(name == "weight"))
-        if value.size(0) != num_edges:
-            raise ValueError(
-                f"'{name}' must have {num_edges} rows (one per edge), got shape {_shape(value)}"
-            )
-        if value.dim() == 2:
-            if self.per_head:
-                raise ValueError(
-                    f"'{name}' must be [E] when edges are per-head ('head' given), "
-                    f"got shape {_shape(value)}"
-                )
-            if value.size(1) != self.num_heads:
-                raise ValueError(
-                    f"'{name}' must be [E] or [E, num_heads={self.num_heads}], "
-                    f"got shape {_shape(value)}"
-                )
-        _need_finite(name, value)
-
-    def _check_fields(self) -> None:
-        E = None if self._edge_index is None else int(self._edge_index.size(1))
-        if E is not None:
-            if self.head is not None:
-                _need_long("head", _need_tensor("head", self.head, dims=1))
-                if self.head.numel() != E:
-                    raise ValueError(f"'head' must have shape [{E}], got {_shape(self.head)}")
-            self._check_edge_field("bias", self.bias, E)
-            self._check_edge_field("weight", self.weight, E)
-            if self.origin is not None:
-                _need_long("origin", _need_tensor("origin", self.origin, dims=1))
-                if self.origin.numel() != E:
-                    raise ValueError(f"'origin' must have shape [{E}], got {_shape(self.origin)}")
-            if self.edge_attr is not None:
-                _need_tensor("edge_attr", self.edge_attr, dims=2)
-                _need_float("edge_attr", self.edge_attr)
-                if self.edge_attr.size(0) != E:
-                    raise ValueError(
-                        f"'edge_attr' must have shape [{E}, F_e], got {_shape(self.edge_attr)}"
-                    )
-                _need_finite("edge_attr", self.edge_attr)
-        if self.mode == "weighted" and self.bias is not None:
-            raise ValueError("'bias' is only meaningful in mode='attention' (no logits in 'weighted')")
+    def _check_common_fields(self) -> None:
         if self.virtual_x is not None:
             _need_tensor("virtual_x", self.virtual_x, dims=2)
             _need_float("virtual_x", self.virtual_x)
@@ -304,7 +252,7 @@ class EdgeSet:
                 raise ValueError(f"'aux_loss' must be a scalar, got shape {_shape(self.aux_loss)}")
 
     # -------------------------------------------------------------- validation
-    def validate(self, num_nodes: int, batch: Tensor | None = None) -> EdgeSet:
+    def validate(self: ES, num_nodes: int, batch: Tensor | None = None) -> ES:
         """Checks indices against ``num_nodes`` real nodes and the graph assignment ``batch``.
 
         Raises :class:`ValueError` naming the field on: sources or targets out of range, virtual
@@ -324,6 +272,188 @@ class EdgeSet:
         self._validate_indices(num_nodes, batch)
         return self
 
+    @abstractmethod
+    def _validate_indices(self, num_nodes: int, batch: Tensor | None) -> None:
+        """The index checks of :meth:`validate` (``num_nodes`` and ``batch`` already checked)."""
+
+    # ---------------------------------------------------------- conversions
+    @abstractmethod
+    def to_explicit(self) -> EdgeSet:
+        """Plain COO edges with the same meaning (``self`` for an explicit edge set); the only
+        member of a structured edge set that enumerates its edges."""
+
+    def to(self: ES, *args: Any, **kwargs: Any) -> ES:
+        """Moves tensors like :meth:`torch.Tensor.to`; a dtype applies to real floating fields only."""
+        out = _copy_edge_set(self)
+        for name, value in vars(out).items():
+            if not isinstance(value, Tensor):
+                continue
+            if value.is_floating_point():
+                new = value.to(*args, **kwargs)
+            else:
+                device = _device_of(args, kwargs)
+                new = value if device is None else value.to(device)
+            setattr(out, name, new)
+        out._cache = {}
+        return out
+
+    def detach(self: ES) -> ES:
+        """A copy whose tensors are detached from the autograd graph."""
+        out = _copy_edge_set(self)
+        for name, value in vars(out).items():
+            if isinstance(value, Tensor):
+                setattr(out, name, value.detach())
+        out._cache = {}
+        return out
+
+    # --------------------------------------------------------------- kernels
+    def cached(self, key: Any, build: Callable[[], Any]) -> Any:
+        """``build()`` once per edge set and ``key``: kernel graph layouts (e.g. the fused
+        kernel's CSR/CSC, :func:`graphattn.kernels.prepare_graph`). ``to()`` / ``detach()`` drop it."""
+        if key not in self._cache:
+            self._cache[key] = build()
+        return self._cache[key]
+
+
+class EdgeSet(BaseEdgeSet):
+    r"""Explicit edge set (COO). See the module docstring for the math.
+
+    Args:
+        edge_index (LongTensor): ``[2, E]``, row 0 = source :math:`j`, row 1 = target :math:`i`.
+        head (LongTensor, optional): ``[E]`` head of each edge; ``None`` = every edge in every head.
+        num_heads (int): number of heads the edge set is meant for.
+        mode (str): ``"attention"`` (softmax over each target's in-edges) or ``"weighted"``.
+        bias (Tensor, optional): ``[E]`` or ``[E, H]`` added to the logit (may carry gradient).
+        weight (Tensor, optional): ``[E]`` or ``[E, H]``, real or complex, multiplies the message after
+            the softmax (may carry gradient).
+        virtual_x (Tensor, optional): ``[Nv, F]`` features of virtual sources ``N .. N + Nv - 1``.
+        virtual_batch (LongTensor, optional): ``[Nv]`` graph of each virtual source, ``-1`` for
+            graph-agnostic sources (e.g. learned support tokens). ``None`` = all graph-agnostic.
+        origin (LongTensor, optional): ``[E]`` producer code of each edge (:mod:`graphattn.origins`).
+        edge_attr (Tensor, optional): ``[E, F_e]`` edge features, added to keys and values.
+        log_prob (Tensor, optional): ``[A]`` log-probabilities of sampled decisions (policy gradient).
+        log_prob_graph (LongTensor, optional): ``[A]`` graph of each ``log_prob`` entry.
+        aux_loss (Tensor, optional): differentiable scalar added to the training loss.
+        stats (dict, optional): statistics for logging; never read by the math.
+
+    With per-head edges (``head`` given), ``bias`` and ``weight`` must be ``[E]``.
+
+    The per-edge fields (``edge_index``, ``head``, ``bias``, ``weight``, ``origin``, ``edge_attr``)
+    and the members built on them (``csr``, ``replace``, ``select``, ``coalesce``, ``expand_heads``)
+    are explicit-only: the structured subclasses hold ``None`` in the per-edge fields and raise an
+    :class:`ExplicitOnlyError` from the members (see :class:`BaseEdgeSet`).
+    """
+
+    structure = "explicit"
+
+    head: Tensor | None
+    bias: Tensor | None
+    weight: Tensor | None
+    origin: Tensor | None
+    edge_attr: Tensor | None
+
+    def __init__(
+        self,
+        edge_index: Tensor,
+        *,
+        head: Tensor | None = None,
+        num_heads: int = 1,
+        mode: str = "attention",
+        bias: Tensor | None = None,
+        weight: Tensor | None = None,
+        virtual_x: Tensor | None = None,
+        virtual_batch: Tensor | None = None,
+        origin: Tensor | None = None,
+        edge_attr: Tensor | None = None,
+        log_prob: Tensor | None = None,
+        log_prob_graph: Tensor | None = None,
+        aux_loss: Tensor | None = None,
+        stats: dict[str, Any] | None = None,
+    ) -> None:
+        self._init_common(num_heads=num_heads, mode=mode, virtual_x=virtual_x,
+                          virtual_batch=virtual_batch, log_prob=log_prob,
+                          log_prob_graph=log_prob_graph, aux_loss=aux_loss, stats=stats)
+        edge_index = _need_long("edge_index", _need_tensor("edge_index", edge_index, dims=2))
+        if edge_index.size(0) != 2:
+            raise ValueError(
+                f"'edge_index' must have shape [2, E] (row 0 = source, row 1 = target), "
+                f"got {_shape(edge_index)}"
+            )
+        self._edge_index = edge_index
+        self.head = head
+        self.bias = bias
+        self.weight = weight
+        self.origin = origin
+        self.edge_attr = edge_attr
+        self._check_edge_fields()
+        self._check_common_fields()
+
+    # ------------------------------------------------------------------ fields
+    @property
+    def edge_index(self) -> Tensor:
+        """``[2, E]`` explicit edges."""
+        return self._edge_index
+
+    @property
+    def per_head(self) -> bool:
+        """Whether edges belong to one head each (``head`` given)."""
+        return self.head is not None
+
+    @property
+    def num_edges(self) -> int:
+        return int(self.edge_index.size(1))
+
+    @property
+    def device(self) -> torch.device:
+        return self.edge_index.device
+
+    def _check_edge_field(self, name: str, value: Tensor | None, num_edges: int) -> None:
+        """Checks an ``[E]`` / ``[E, H]`` per-edge float field."""
+        if value is None:
+            return
+        _need_tensor(name, value, dims=(1, 2))
+        _need_float(name, value, complex_ok=(name == "weight"))
+        if value.size(0) != num_edges:
+            raise ValueError(
+                f"'{name}' must have {num_edges} rows (one per edge), got shape {_shape(value)}"
+            )
+        if value.dim() == 2:
+            if self.per_head:
+                raise ValueError(
+                    f"'{name}' must be [E] when edges are per-head ('head' given), "
+                    f"got shape {_shape(value)}"
+                )
+            if value.size(1) != self.num_heads:
+                raise ValueError(
+                    f"'{name}' must be [E] or [E, num_heads={self.num_heads}], "
+                    f"got shape {_shape(value)}"
+                )
+        _need_finite(name, value)
+
+    def _check_edge_fields(self) -> None:
+        E = int(self._edge_index.size(1))
+        if self.head is not None:
+            _need_long("head", _need_tensor("head", self.head, dims=1))
+            if self.head.numel() != E:
+                raise ValueError(f"'head' must have shape [{E}], got {_shape(self.head)}")
+        self._check_edge_field("bias", self.bias, E)
+        self._check_edge_field("weight", self.weight, E)
+        if self.origin is not None:
+            _need_long("origin", _need_tensor("origin", self.origin, dims=1))
+            if self.origin.numel() != E:
+                raise ValueError(f"'origin' must have shape [{E}], got {_shape(self.origin)}")
+        if self.edge_attr is not None:
+            _need_tensor("edge_attr", self.edge_attr, dims=2)
+            _need_float("edge_attr", self.edge_attr)
+            if self.edge_attr.size(0) != E:
+                raise ValueError(
+                    f"'edge_attr' must have shape [{E}, F_e], got {_shape(self.edge_attr)}"
+                )
+            _need_finite("edge_attr", self.edge_attr)
+        if self.mode == "weighted" and self.bias is not None:
+            raise ValueError("'bias' is only meaningful in mode='attention' (no logits in 'weighted')")
+
+    # -------------------------------------------------------------- validation
     def _validate_indices(self, num_nodes: int, batch: Tensor | None,
                           checks: Sequence[tuple[Tensor, str]] = ()) -> None:
         """All index checks with one device-to-host transfer (on a GPU each transfer stalls the
@@ -434,8 +564,6 @@ class EdgeSet:
     @derived_edge_sets
     def replace(self, **changes: Any) -> EdgeSet:
         """A copy of this explicit edge set with some fields replaced."""
-        if self.structure != "explicit":
-            return self.to_explicit().replace(**changes)
         fields = self._fields()
         edge_index = changes.pop("edge_index", self.edge_index)
         fields.update(changes)
@@ -444,7 +572,7 @@ class EdgeSet:
     @derived_edge_sets
     def expand_heads(self) -> EdgeSet:
         """Per-head form: every head-shared edge becomes ``num_heads`` edges, one per head."""
-        es = self.to_explicit()
+        es = self
         if es.per_head:
             return es
         H, E = es.num_heads, es.num_edges
@@ -473,7 +601,7 @@ class EdgeSet:
 
         The result is sorted by target, then head, then source.
         """
-        es = self.to_explicit()
+        es = self
         if es.num_edges == 0:
             return es
         src, dst = es.edge_index
@@ -485,7 +613,7 @@ class EdgeSet:
     @derived_edge_sets
     def select(self, index: Tensor) -> EdgeSet:
         """The edges ``index`` (a long index or a bool mask over edges), fields sliced alike."""
-        es = self.to_explicit()
+        es = self
 
         def take(t: Tensor | None) -> Tensor | None:
             return None if t is None else t[index]
@@ -499,38 +627,7 @@ class EdgeSet:
             edge_attr=take(es.edge_attr),
         )
 
-    def to(self, *args: Any, **kwargs: Any) -> EdgeSet:
-        """Moves tensors like :meth:`torch.Tensor.to`; a dtype applies to real floating fields only."""
-        out = _copy_edge_set(self)
-        for name, value in vars(out).items():
-            if not isinstance(value, Tensor):
-                continue
-            if value.is_floating_point():
-                new = value.to(*args, **kwargs)
-            else:
-                device = _device_of(args, kwargs)
-                new = value if device is None else value.to(device)
-            setattr(out, name, new)
-        out._cache = {}
-        return out
-
-    def detach(self) -> EdgeSet:
-        """A copy whose tensors are detached from the autograd graph."""
-        out = _copy_edge_set(self)
-        for name, value in vars(out).items():
-            if isinstance(value, Tensor):
-                setattr(out, name, value.detach())
-        out._cache = {}
-        return out
-
     # --------------------------------------------------------------- kernels
-    def cached(self, key: Any, build: Callable[[], Any]) -> Any:
-        """``build()`` once per edge set and ``key``: kernel graph layouts (e.g. the fused
-        kernel's CSR/CSC, :func:`graphattn.kernels.prepare_graph`). ``to()`` / ``detach()`` drop it."""
-        if key not in self._cache:
-            self._cache[key] = build()
-        return self._cache[key]
-
     def csr(self, num_nodes: int) -> tuple[Tensor, Tensor, Tensor]:
         """Destination-sorted layout, cached: ``(perm, ptr, rows)``.
 
@@ -570,7 +667,7 @@ def first_occurrences(key: Tensor) -> Tensor:
     return order[first]
 
 
-def _copy_edge_set(es: EdgeSet) -> EdgeSet:
+def _copy_edge_set(es: ES) -> ES:
     out = es.__class__.__new__(es.__class__)
     out.__dict__.update(es.__dict__)
     out.stats = dict(es.stats)

@@ -5,21 +5,32 @@
 * :class:`PermutationEdgeSet` — one in-edge per (target, head) (Sliceformer) → a gather.
 * :class:`OperatorEdgeSet` — a linear operator ``matvec(v)`` never enumerated (Converter).
 
-Each implements ``to_explicit()``, which materialises plain edges in a documented order; the tests
-check every fast kernel against the explicit path on those edges. ``to_explicit()`` first checks the
-edge count against the memory budget (:mod:`graphattn.memory`) and raises a
-:class:`~graphattn.MemoryBudgetError` rather than allocating more.
+All three derive from :class:`StructuredEdgeSet`, an :class:`~graphattn.EdgeSet` (so ``isinstance``
+checks and the layer accept them) that never enumerates its edges implicitly: ``device``,
+``num_edges`` and ``per_head`` come from the structure, the per-edge fields of the explicit form
+(``head``, ``bias``, ``weight``, ``origin``, ``edge_attr``) are ``None`` (the per-slot values live in
+``slot_bias``, ``slot_weight``, ``slot_origin``), and the explicit-only members (``edge_index``,
+``csr``, ``replace``, ``select``, ``coalesce``, ``expand_heads``) raise an
+:class:`~graphattn.edgeset.ExplicitOnlyError` that points to ``to_explicit()``.
+
+Each implements ``to_explicit()``, the one member that materialises plain edges, in a documented
+order; the tests check every fast kernel against the explicit path on those edges. It caches them
+(:attr:`StructuredEdgeSet.is_materialised`) and first checks the edge count against the memory
+budget (:mod:`graphattn.memory`), raising a :class:`~graphattn.MemoryBudgetError` rather than
+allocating more.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from abc import abstractmethod
+from typing import Any, ClassVar, NoReturn
 
 import torch
 from torch import Tensor
 
 from graphattn.edgeset import (
     EdgeSet,
+    ExplicitOnlyError,
     _need_finite,
     _need_float,
     _need_long,
@@ -66,7 +77,107 @@ def _check_source_range(name: str, src: Tensor, num_nodes: int, num_virtual: int
         )
 
 
-class SharedSourceEdgeSet(EdgeSet):
+class StructuredEdgeSet(EdgeSet):
+    r"""Common base of the structured edge sets: an :class:`~graphattn.EdgeSet` (for ``isinstance``
+    checks and the layer) that stores a structure instead of edges and never enumerates them
+    implicitly.
+
+    Subclasses implement, from their structure, :attr:`device`, :attr:`num_edges`,
+    :attr:`per_head`, the index checks of :meth:`validate` and :meth:`to_explicit` (which caches its
+    result: :attr:`is_materialised`). The per-edge fields of the explicit form (``head``, ``bias``,
+    ``weight``, ``origin``, ``edge_attr``) are ``None``; the explicit-only members listed in
+    :attr:`EXPLICIT_ONLY` raise an :class:`~graphattn.edgeset.ExplicitOnlyError`: call them on
+    ``to_explicit()``.
+    """
+
+    #: the members of :class:`~graphattn.EdgeSet` that need enumerated edges
+    EXPLICIT_ONLY: ClassVar[tuple[str, ...]] = (
+        "edge_index", "csr", "replace", "expand_heads", "coalesce", "select",
+    )
+
+    def __init__(
+        self,
+        *,
+        num_heads: int,
+        mode: str,
+        virtual_x: Tensor | None = None,
+        virtual_batch: Tensor | None = None,
+        log_prob: Tensor | None = None,
+        log_prob_graph: Tensor | None = None,
+        aux_loss: Tensor | None = None,
+        stats: dict[str, Any] | None = None,
+    ) -> None:
+        self._init_common(num_heads=num_heads, mode=mode, virtual_x=virtual_x,
+                          virtual_batch=virtual_batch, log_prob=log_prob,
+                          log_prob_graph=log_prob_graph, aux_loss=aux_loss, stats=stats)
+        # the per-edge fields of the explicit form: none without enumerated edges
+        self.head = None
+        self.bias = None
+        self.weight = None
+        self.origin = None
+        self.edge_attr = None
+        self._check_common_fields()
+
+    # ------------------------------------------------------------- structure
+    @property
+    @abstractmethod
+    def device(self) -> torch.device:
+        """The device of the tensors that define the structure."""
+
+    @property
+    @abstractmethod
+    def num_edges(self) -> int:
+        """The number of edges of :meth:`to_explicit`, computed from the structure."""
+
+    @property
+    @abstractmethod
+    def per_head(self) -> bool:
+        """Whether :meth:`to_explicit` gives per-head edges (``head`` set)."""
+
+    @abstractmethod
+    def _validate_indices(self, num_nodes: int, batch: Tensor | None) -> None:
+        """The explicit form's index checks, on the structure."""
+
+    @abstractmethod
+    def to_explicit(self) -> EdgeSet:
+        """Plain COO edges with the same meaning, built once and cached."""
+
+    @property
+    def is_materialised(self) -> bool:
+        """Whether :meth:`to_explicit` has built this edge set's explicit edges (which it keeps
+        until ``to()`` / ``detach()``); nothing else builds them."""
+        return "explicit" in self._cache
+
+    # ------------------------------------------------------------ explicit-only
+    def _explicit_only(self, member: str, call: str) -> NoReturn:
+        name = type(self).__name__
+        raise ExplicitOnlyError(
+            f"{name}.{member} needs enumerated edges, which a structured edge set does not hold "
+            f"(enumerating its {self.structure!r} structure costs memory and time proportional to "
+            f"num_edges); call .to_explicit().{call} to materialise them on purpose"
+        )
+
+    @property
+    def edge_index(self) -> Tensor:
+        self._explicit_only("edge_index", "edge_index")
+
+    def csr(self, num_nodes: int) -> tuple[Tensor, Tensor, Tensor]:
+        self._explicit_only("csr()", "csr(num_nodes)")
+
+    def replace(self, **changes: Any) -> EdgeSet:
+        self._explicit_only("replace()", "replace(...)")
+
+    def expand_heads(self) -> EdgeSet:
+        self._explicit_only("expand_heads()", "expand_heads()")
+
+    def coalesce(self) -> EdgeSet:
+        self._explicit_only("coalesce()", "coalesce()")
+
+    def select(self, index: Tensor) -> EdgeSet:
+        self._explicit_only("select()", "select(index)")
+
+
+class SharedSourceEdgeSet(StructuredEdgeSet):
     r"""Every target of graph :math:`b` attends, in head :math:`h`, to the sources ``sources[b, h]``.
 
     Args:
@@ -136,7 +247,6 @@ class SharedSourceEdgeSet(EdgeSet):
         self.slot_weight = weight
         self.slot_origin = origin
         super().__init__(
-            None,  # type: ignore[arg-type]
             num_heads=num_heads,
             mode=mode,
             virtual_x=virtual_x,
@@ -154,6 +264,10 @@ class SharedSourceEdgeSet(EdgeSet):
         return int(self.sources.size(0))
 
     @property
+    def device(self) -> torch.device:
+        return self.sources.device
+
+    @property
     def per_head(self) -> bool:
         return self.sources.size(1) > 1
 
@@ -166,7 +280,7 @@ class SharedSourceEdgeSet(EdgeSet):
             per_graph = self.source_mask.sum((1, 2))
         return int((counts * per_graph).sum())
 
-    def validate(self, num_nodes: int, batch: Tensor | None = None) -> EdgeSet:
+    def validate(self, num_nodes: int, batch: Tensor | None = None) -> SharedSourceEdgeSet:
         _check_ptr_and_batch(self.ptr, num_nodes, batch, type(self).__name__)
         return super().validate(num_nodes, batch)
 
@@ -250,7 +364,7 @@ class SharedSourceEdgeSet(EdgeSet):
         )
 
 
-class PermutationEdgeSet(EdgeSet):
+class PermutationEdgeSet(StructuredEdgeSet):
     r"""Exactly one in-edge per (target, head): target :math:`t` reads source ``src[t, h]`` in head
     :math:`h`.
 
@@ -298,7 +412,6 @@ class PermutationEdgeSet(EdgeSet):
         self.slot_weight = weight
         self.slot_origin = origin
         super().__init__(
-            None,  # type: ignore[arg-type]
             num_heads=num_heads,
             mode=mode,
             virtual_x=virtual_x,
@@ -308,6 +421,10 @@ class PermutationEdgeSet(EdgeSet):
         )
 
     @property
+    def device(self) -> torch.device:
+        return self.src.device
+
+    @property
     def per_head(self) -> bool:
         return self.src.size(1) > 1
 
@@ -315,7 +432,7 @@ class PermutationEdgeSet(EdgeSet):
     def num_edges(self) -> int:
         return int(self.src.numel())
 
-    def validate(self, num_nodes: int, batch: Tensor | None = None) -> EdgeSet:
+    def validate(self, num_nodes: int, batch: Tensor | None = None) -> PermutationEdgeSet:
         if self.src.size(0) != num_nodes:
             raise ValueError(
                 f"'src' must have one row per target node ({num_nodes}), got {_shape(self.src)}"
@@ -379,7 +496,7 @@ class PermutationEdgeSet(EdgeSet):
         )
 
 
-class OperatorEdgeSet(EdgeSet):
+class OperatorEdgeSet(StructuredEdgeSet):
     r"""A block-diagonal linear operator :math:`o = S v` applied without enumerating its edges.
 
     Subclasses implement :meth:`matvec` (``v [N, H, C] -> [N, H, C]``, real or complex) and may
@@ -401,7 +518,6 @@ class OperatorEdgeSet(EdgeSet):
         _need_long("ptr", _need_tensor("ptr", ptr, dims=1))
         self.ptr = ptr
         super().__init__(
-            None,  # type: ignore[arg-type]
             num_heads=num_heads,
             mode="weighted",
             aux_loss=aux_loss,
@@ -415,11 +531,20 @@ class OperatorEdgeSet(EdgeSet):
         raise NotImplementedError(f"{type(self).__name__} does not implement rmatvec")
 
     @property
+    def device(self) -> torch.device:
+        return self.ptr.device
+
+    @property
+    def per_head(self) -> bool:
+        """``False``: one operator for every head (the explicit form has ``[E, H]`` weights)."""
+        return False
+
+    @property
     def num_edges(self) -> int:
         counts = self.ptr[1:] - self.ptr[:-1]
         return int((counts * counts).sum())
 
-    def validate(self, num_nodes: int, batch: Tensor | None = None) -> EdgeSet:
+    def validate(self, num_nodes: int, batch: Tensor | None = None) -> OperatorEdgeSet:
         """The shared checks of :meth:`EdgeSet.validate` (``num_nodes``, ``batch``), then the
         operator's own: it acts within the contiguous node ranges of ``ptr``, so ``ptr`` must end
         at ``num_nodes`` and agree with ``batch`` (no cross-graph mixing)."""

@@ -10,6 +10,10 @@ Usage::
 While a trace is active every :class:`~graphattn.EdgeAttention` call records the edges it really
 used (``to_explicit()``, detached, on the CPU) and the coefficients ``alpha [E, H]`` of each source's
 value in its target's output. Tracing forces the explicit path, so use it on small samples.
+
+``t.summary()`` gives per-layer statistics (attention entropy in nats and normalised, edges per node,
+density, shares by origin), defined once in :mod:`graphattn.attention_stats` and shared with the
+viewer's table (:func:`graphattn.viz.view.layer_stats`).
 """
 
 from __future__ import annotations
@@ -19,7 +23,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
 from torch import Tensor, nn
 
 from graphattn.edgeset import EdgeSet
@@ -40,6 +43,25 @@ class TraceRecord:
     @property
     def num_heads(self) -> int:
         return int(self.alpha.size(1))
+
+    def statistics(self) -> dict[str, Any]:
+        """This call's statistics over every graph of the batch: see
+        :func:`graphattn.attention_stats.layer_statistics` for the keys and their math."""
+        from graphattn.attention_stats import layer_statistics
+
+        def np_(t: Tensor) -> Any:
+            return t.detach().cpu().numpy()
+
+        es = self.edges
+        alpha = self.alpha.abs() if self.alpha.is_complex() else self.alpha
+        return layer_statistics(
+            np_(es.edge_index[0]), np_(es.edge_index[1]), np_(alpha.double()),
+            num_targets=int(self.batch.numel()),
+            head=None if es.head is None else np_(es.head),
+            origin=None if es.origin is None else np_(es.origin),
+            batch=np_(self.batch),
+            name=self.layer,
+        )
 
 
 @dataclass
@@ -69,29 +91,12 @@ class AttentionTrace:
         return self.records[i]
 
     def summary(self) -> list[dict[str, Any]]:
-        """Per layer: edges, edges per node, attention entropy and edge share by origin."""
-        from graphattn.origins import origin_name
-
-        rows = []
-        for rec in self.records:
-            N = int(rec.batch.numel())
-            E = rec.edges.num_edges
-            a = rec.alpha.abs().clamp_min(1e-30)
-            ent = float(-(a * a.log()).sum() / max(N * rec.num_heads, 1))
-            shares: dict[str, float] = {}
-            if rec.edges.origin is not None and E:
-                codes, counts = torch.unique(rec.edges.origin, return_counts=True)
-                shares = {origin_name(int(c)): int(n) / E for c, n in zip(codes, counts, strict=True)}
-            rows.append(
-                {
-                    "layer": rec.layer,
-                    "num_edges": E,
-                    "edges_per_node": E / max(N, 1),
-                    "entropy": ent,
-                    "origin_share": shares,
-                }
-            )
-        return rows
+        """Per recorded call, :meth:`TraceRecord.statistics`: edges, edges per node, density,
+        attention entropy (``entropy_nats``, ``entropy_normalized``), mean largest weight and the
+        shares of edges and of attention mass by origin, over every graph of the traced batch.
+        The viewer's per-layer table (:func:`graphattn.viz.view.layer_stats`) is the same function
+        restricted to one graph."""
+        return [rec.statistics() for rec in self.records]
 
 
 def is_tracing() -> bool:

@@ -14,6 +14,12 @@ on invalid input accepted without an error (``silent``: e.g. a negative ``num_no
 a NaN position), which includes a producer emitting edges that fail
 :meth:`~graphattn.EdgeSet.validate`.
 
+The data loaders (``SequenceToGraph``, ``ImageToGraph``, ``PointCloudToGraph`` and the helpers
+``morton_order``, ``grid_edges``) get one sample per graph of the class's sizes (empty and
+single-element samples included); an ``x_*`` class malforms the tensor the loader reads (tokens, an
+image, positions; ``x_none``: the attribute is missing). An accepted sample's output is compared
+with what it must hold (nodes, features, positions, the exact edges, per-point attributes).
+
 ``python -m tests.test_fuzz --table`` prints the class × entry point → outcome table (one example
 per cell); ``PYTHONPATH=<other checkout> python tests/test_fuzz.py --table`` runs it on other code.
 """
@@ -34,7 +40,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import Tensor
-from torch_geometric.data import Batch
+from torch_geometric.data import Batch, Data
 
 import graphattn
 from graphattn import (
@@ -46,6 +52,8 @@ from graphattn import (
     SharedSourceEdgeSet,
     union_edge_sets,
 )
+from graphattn.data import ImageToGraph, PointCloudToGraph, SequenceToGraph, morton_order
+from graphattn.data.loaders import grid_edges
 from graphattn.nn import MODELS
 from graphattn.producers import PRODUCERS, build_producer
 
@@ -188,6 +196,8 @@ CLASSES: dict[str, InputClass] = {c.name: c for c in [
     _data("edge_attr_wrong_rows", "edge_attr", _set(edge_attr=lambda g: g.edge_attr[1:])),
     _data("edge_attr_nan", "edge_attr", _set(edge_attr=lambda g: g.edge_attr * float("nan"))),
     _data("pos_nan", "pos", _set(pos=lambda g: g.pos.index_fill(0, torch.tensor([1]), float("nan")))),
+    # a point cloud's normals with one row too many (read by the point-cloud loader only)
+    _data("normal_wrong_rows", "normal"),
     # bad constructor arguments (every integer hyperparameter of the entry point in turn)
     InputClass("hp_negative", "hyper", bad=lambda v: -7),
     InputClass("hp_zero", "hyper", bad=lambda v: 0),
@@ -220,7 +230,8 @@ class Entry:
     negative value is valid, ``huge_ok``: a huge value is valid and must run), ``rates`` its
     probabilities. ``rename`` maps a class's argument to the name this entry point gives it.
     ``rows``: the expected output rows (``"nodes"``, ``"graphs"`` or ``None``). ``heads_call``
-    yields the ``(case, thunk)`` calls of the ``num_heads_mismatch`` class."""
+    yields the ``(case, thunk)`` calls of the ``num_heads_mismatch`` class. ``check`` finds a
+    silent wrong answer in an accepted call's output (the loaders)."""
 
     name: str
     build: Callable[..., Any]
@@ -234,6 +245,7 @@ class Entry:
     rename: dict[str, str] = field(default_factory=dict)
     rows: str | None = "nodes"
     heads_call: Callable[[Graph], Any] | None = None
+    check: Callable[[Any, Graph], str | None] | None = None  # a wrong answer in the output, or None
 
 
 def _layer_call(layer: Any, g: Graph) -> Any:
@@ -430,6 +442,285 @@ def _like_edge_index(t: Tensor, g: Graph) -> Any:
     return t
 
 
+# ------------------------------------------------------------------------------------ loaders
+IMAGE_CHANNELS = 2
+PATCH = 2  # the image loader's patch size (its images are made of whole patches)
+#: the classes of a loader's input: one sample per graph of the class's sizes (empty, single-element,
+#: ...); an ``x_*`` class malforms the tensor the loader reads (tokens, an image, positions)
+LOADER_INPUT = [*SIZE_CLASSES, *X_CLASSES]
+
+
+@dataclass
+class LoaderRun:
+    """A loader entry point's run: the transform (or the helper's arguments), the samples given to
+    it (their fields) and what it returned for each."""
+
+    config: Any
+    inputs: list[dict[str, Any]]
+    outputs: list[Any]
+
+
+def _loader_tensor(t: Tensor, kind: str, drop: Callable[[Tensor], Tensor]) -> Any:
+    """A loader's input ``t`` malformed as the class ``kind`` malforms ``x`` (``drop`` removes one
+    dimension: the wrong-rank class ``x_1d``)."""
+    if kind in ("x_float64", "x_float16", "x_bfloat16"):
+        return t.to(getattr(torch, kind[2:]))
+    if kind == "x_int":
+        return (t * 3).long() if t.is_floating_point() else t.int()
+    if kind in ("x_nan", "x_inf", "pos_nan"):
+        t = t.float().clone()
+        t.view(-1)[:1] = float("inf") if kind == "x_inf" else float("nan")
+        return t
+    if kind == "x_1d":
+        return drop(t)
+    if kind == "x_3d":
+        return t[None]
+    if kind == "x_list":
+        return t.tolist()
+    return t
+
+
+def _loader_call(key: str, sample: Callable[[int], dict[str, Any]], drop: Callable[[Tensor], Tensor],
+                 apply: Callable[[Any, dict[str, Any]], Any] | None = None
+                 ) -> Callable[[Any, Graph], LoaderRun]:
+    """Runs a loader on one sample per graph of ``g`` (``sample(n)``: the fields of a valid sample
+    of ``n`` elements) with the field ``key`` malformed as the class ``g.kind`` says (``x_none``:
+    left out). ``apply(config, fields)`` calls a helper; a transform gets ``Data(**fields)``."""
+
+    def call(transform: Any, g: Graph) -> LoaderRun:
+        inputs, outputs = [], []
+        for n in g.sizes:
+            fields = sample(n)
+            if g.kind == "x_none":
+                del fields[key]
+            else:
+                fields[key] = _loader_tensor(fields[key], g.kind, drop)
+            if g.kind == "normal_wrong_rows":
+                fields["normal"] = torch.randn(n + 1, 3)
+            inputs.append(fields)
+            outputs.append(transform(Data(**fields)) if apply is None else apply(transform, fields))
+        return LoaderRun(transform, inputs, outputs)
+
+    return call
+
+
+def _grid_call(args: tuple[Any, Any, Any], g: Graph) -> LoaderRun:
+    """``grid_edges(h, w, connectivity)`` on an ``n × (n + 1)`` grid per graph of ``g`` (where the
+    class leaves ``h`` / ``w`` alone)."""
+    h, w, connectivity = args
+    inputs = [{"h": n if h is None else h, "w": n + 1 if w is None else w,
+               "connectivity": connectivity} for n in g.sizes]
+    return LoaderRun(args, inputs, [grid_edges(f["h"], f["w"], f["connectivity"]) for f in inputs])
+
+
+def _edge_problem(ei: Any, num_nodes: int, num_edges: int) -> str | None:
+    """What is wrong with a loader's ``edge_index``, where ``num_edges`` distinct edges without
+    self-loops among ``num_nodes`` nodes are expected."""
+    if not (isinstance(ei, Tensor) and ei.dtype == torch.long and ei.dim() == 2 and ei.size(0) == 2):
+        return f"edge_index is not a [2, E] long tensor: {getattr(ei, 'shape', ei)!r}"
+    if ei.size(1) != num_edges:
+        return f"{ei.size(1)} edges, expected {num_edges}"
+    if ei.numel() and (int(ei.min()) < 0 or int(ei.max()) >= num_nodes):
+        return f"edge_index out of range for {num_nodes} nodes"
+    if bool((ei[0] == ei[1]).any()):
+        return "a self-loop"
+    if torch.unique(ei, dim=1).size(1) != num_edges:
+        return "duplicate edges"
+    return None
+
+
+def _graph_problem(out: Any, num_nodes: int, num_edges: int) -> str | None:
+    """What every loader output must be: a ``Data`` of ``num_nodes`` nodes, a row of ``x`` and a
+    float ``pos`` per node, ``num_edges`` edges (:func:`_edge_problem`)."""
+    if not isinstance(out, Data):
+        return f"returned a {type(out).__name__}, not a Data"
+    if out.num_nodes != num_nodes:
+        return f"{out.num_nodes} nodes, expected {num_nodes}"
+    for key in ("x", "pos"):
+        value = out[key] if key in out else None
+        if not isinstance(value, Tensor) or value.dim() == 0 or value.size(0) != num_nodes:
+            return f"data.{key} has not one row per node: {getattr(value, 'shape', value)!r}"
+    if out.pos.dtype != torch.float:
+        return f"pos is {out.pos.dtype}"
+    return _edge_problem(out.edge_index, num_nodes, num_edges)
+
+
+def _grid_problem(d: Tensor, connectivity: int) -> str | None:
+    """Grid edges, given ``|Δ(row, col)|`` of each: neighbours (diagonal only for 8)."""
+    if d.numel() and bool((d.max(1).values != 1).any()):
+        return "an edge between cells that are not neighbours"
+    if connectivity == 4 and d.numel() and bool((d.sum(1) != 1).any()):
+        return "a diagonal edge with connectivity 4"
+    return None
+
+
+def _grid_edge_count(h: int, w: int, connectivity: int) -> int:
+    diagonal = 2 * max(h - 1, 0) * max(w - 1, 0) if connectivity == 8 else 0
+    return 2 * (h * max(w - 1, 0) + max(h - 1, 0) * w + diagonal)
+
+
+def _sequence_problem(t: SequenceToGraph, fields: dict[str, Any], out: Any) -> str | None:
+    tokens = fields["tokens"].long()
+    L = tokens.numel()
+    n = max(L, t.pad_to or 0)
+    head = [] if t.cls_token is None else [t.cls_token]
+    c = len(head)
+    x = torch.cat([torch.tensor(head, dtype=torch.long), tokens,
+                   torch.full((n - L,), t.pad_token, dtype=torch.long)])
+    pos = torch.cat([torch.full((c,), -1.0), torch.arange(n, dtype=torch.float)])[:, None]
+    w = min(t.window, max(n - 1, 0))
+    num_edges = 2 * sum(n - d for d in range(1, w + 1)) + (2 * n if c and t.cls_edges else 0)
+    problem = _graph_problem(out, n + c, num_edges)
+    if problem:
+        return problem
+    if out.x.dtype != torch.long or not torch.equal(out.x, x):
+        return f"x is {out.x.tolist()}, expected {x.tolist()}"
+    if not torch.equal(out.pos, pos):
+        return f"pos is {out.pos.view(-1).tolist()}, expected {pos.view(-1).tolist()}"
+    src, dst = out.edge_index
+    tok = (src >= c) & (dst >= c)  # with the count, the band and the CLS edges are exactly right
+    if bool(((src - dst)[tok].abs() > t.window).any()):
+        return "an edge between tokens farther apart than the window"
+    if not torch.equal(out.y, fields["y"]):
+        return "the graph label y was not passed through"
+    return None
+
+
+def _image_problem(t: ImageToGraph, fields: dict[str, Any], out: Any) -> str | None:
+    img = fields["image"].float()
+    C, H, W = img.shape
+    p = t.patch_size
+    h, w = H // p, W // p
+    n, c = h * w, int(t.cls)
+    cells = [(r, q) for r in range(h) for q in range(w)]
+    x = torch.stack([img[:, r * p:(r + 1) * p, q * p:(q + 1) * p].reshape(-1) for r, q in cells]) \
+        if cells else torch.zeros(0, C * p * p)
+    pos = torch.tensor(cells, dtype=torch.float).view(-1, 2)
+    if c:
+        x = torch.cat([torch.cat([torch.ones(1, 1), torch.zeros(1, C * p * p)], 1),
+                       torch.cat([torch.zeros(n, 1), x], 1)])
+        pos = torch.cat([torch.full((1, 2), -1.0), pos])
+    problem = _graph_problem(out, n + c, _grid_edge_count(h, w, t.connectivity) + 2 * n * c)
+    if problem:
+        return problem
+    if out.x.dtype != torch.float or not torch.equal(out.x, x):
+        return "x does not hold the patches in raster order"
+    if not torch.equal(out.pos, pos):
+        return "pos does not hold the patches' (row, col) in raster order"
+    src, dst = out.edge_index
+    grid = (src >= c) & (dst >= c)
+    problem = _grid_problem((out.pos[src[grid]] - out.pos[dst[grid]]).abs(), t.connectivity)
+    if problem:
+        return problem
+    if not torch.equal(out.y, fields["y"]):
+        return "the graph label y was not passed through"
+    return None
+
+
+def _point_cloud_problem(t: PointCloudToGraph, fields: dict[str, Any], out: Any) -> str | None:
+    pos = fields["pos"].float()
+    N = pos.size(0)
+    feats = torch.cat([pos, fields["normal"].float()], 1)
+    k = min(t.knn.k, max(N - 1, 0))
+    problem = _graph_problem(out, N, N * k)
+    if problem:
+        return problem
+    y = out.y if "y" in out else None  # the input's y is a per-point label: the point's index
+    if not (isinstance(y, Tensor) and y.dtype == torch.long and sorted(y.tolist()) == list(range(N))):
+        return "the per-point labels y are not a permutation of the input's"
+    if not (torch.equal(out.pos, pos[y]) and torch.equal(out.x, feats[y])):
+        return "pos / x are not the coordinates / features of the point whose label y is kept"
+    src, dst = out.edge_index
+    if N and bool((torch.bincount(dst, minlength=N) != k).any()):
+        return f"an in-degree other than k = {k}"
+    if k:
+        d = torch.cdist(out.pos, out.pos).fill_diagonal_(float("inf"))
+        kth = d.sort(1).values[:, k - 1]
+        if bool((d[dst, src] > kth[dst] + 1e-5).any()):
+            return "an edge from a point that is not among the k nearest"
+    return None
+
+
+def _morton_problem(bits: Any, fields: dict[str, Any], out: Any) -> str | None:
+    N = fields["pos"].size(0)
+    if not (isinstance(out, Tensor) and out.dtype == torch.long and out.dim() == 1
+            and torch.equal(out.sort().values, torch.arange(N))):
+        return f"not a permutation of the {N} points: {out!r}"
+    return None
+
+
+def _grid_edges_problem(args: Any, fields: dict[str, Any], out: Any) -> str | None:
+    h, w, connectivity = fields["h"], fields["w"], fields["connectivity"]
+    problem = _edge_problem(out, h * w, _grid_edge_count(h, w, connectivity))
+    if problem:
+        return problem
+    cell = torch.arange(h * w)
+    rc = torch.stack([cell // max(w, 1), cell % max(w, 1)], 1)
+    return _grid_problem((rc[out[0]] - rc[out[1]]).abs(), connectivity)
+
+
+def _check_loader(problem: Callable[[Any, dict[str, Any], Any], str | None]
+                  ) -> Callable[[Any, Graph], str | None]:
+    """A loader entry point's ``check``: ``problem(config, fields, output)`` on every sample; then
+    the output graphs batched together keep their edges within their graphs."""
+
+    def check(run: LoaderRun, g: Graph) -> str | None:
+        for fields, out in zip(run.inputs, run.outputs, strict=True):
+            found = problem(run.config, fields, out)
+            if found:
+                return found
+        if run.outputs and all(isinstance(o, Data) for o in run.outputs):
+            batch = Batch.from_data_list(run.outputs)
+            src, dst = batch.edge_index
+            if not torch.equal(batch.batch[src], batch.batch[dst]):
+                return "edges across graphs after batching"
+        return None
+
+    return check
+
+
+def _loader_entries() -> list[Entry]:
+    def sequence(n: int) -> dict[str, Any]:
+        return {"tokens": torch.randint(2, 50, (n,)), "y": torch.tensor([n % 3])}
+
+    def image(n: int) -> dict[str, Any]:
+        return {"image": torch.rand(IMAGE_CHANNELS, n * PATCH, n * PATCH), "y": torch.tensor([1])}
+
+    def cloud(n: int) -> dict[str, Any]:  # y: a label per point (its index), as in segmentation
+        return {"pos": torch.randn(n, 3), "normal": torch.randn(n, 3), "y": torch.arange(n)}
+
+    seq_ints = {"window": 2, "cls_token": 1, "pad_to": 4, "pad_token": 0}
+    return [
+        Entry("SequenceToGraph",
+              lambda window=2, cls_token=1, pad_to=4, pad_token=0: SequenceToGraph(
+                  window=window, cls_token=cls_token, pad_to=pad_to, pad_token=pad_token),
+              _loader_call("tokens", sequence, lambda t: t.sum()), [*LOADER_INPUT, *HP_CLASSES],
+              ints=seq_ints, zero_ok=frozenset(seq_ints),
+              huge_ok=frozenset({"window", "cls_token", "pad_token"}), rename={"x": "tokens"},
+              rows=None, check=_check_loader(_sequence_problem)),
+        Entry("ImageToGraph",
+              lambda patch_size=PATCH, connectivity=8: ImageToGraph(
+                  patch_size=patch_size, connectivity=connectivity, cls=True),
+              _loader_call("image", image, lambda t: t[0]), [*LOADER_INPUT, *HP_CLASSES],
+              ints={"patch_size": PATCH, "connectivity": 8}, rename={"x": "image"}, rows=None,
+              check=_check_loader(_image_problem)),
+        Entry("PointCloudToGraph(morton=True)",
+              lambda k=3: PointCloudToGraph(k=k, morton=True),
+              _loader_call("pos", cloud, lambda t: t[:, 0]),
+              [*LOADER_INPUT, "pos_nan", "normal_wrong_rows", *HP_CLASSES],
+              ints={"k": 3}, huge_ok=frozenset({"k"}), rename={"x": "pos"}, rows=None,
+              check=_check_loader(_point_cloud_problem)),
+        Entry("morton_order", lambda bits=10: bits,
+              _loader_call("pos", lambda n: {"pos": torch.randn(n, 3)}, lambda t: t[:, 0],
+                           apply=lambda bits, f: morton_order(f.get("pos"), bits=bits)),
+              [*LOADER_INPUT, "pos_nan", *HP_CLASSES], ints={"bits": 10}, rename={"x": "pos"},
+              rows=None, check=_check_loader(_morton_problem)),
+        Entry("grid_edges", lambda h=None, w=None, connectivity=8: (h, w, connectivity), _grid_call,
+              [*SIZE_CLASSES, *HP_CLASSES], ints={"h": None, "w": None, "connectivity": 8},
+              zero_ok=frozenset({"h", "w"}), rows=None, check=_check_loader(_grid_edges_problem)),
+    ]
+
+
 def _entries() -> dict[str, Entry]:
     entries = [
         Entry("EdgeAttention",
@@ -483,6 +774,7 @@ def _entries() -> dict[str, Entry]:
     entries += [_producer_entry(name) for name in sorted(_OWN_PRODUCERS)]
     entries.append(_union_entry())
     entries += _edge_set_entries()
+    entries += _loader_entries()
     return {e.name: e for e in entries}
 
 
@@ -500,7 +792,16 @@ class Result:
 
 
 def _nonfinite(out: Any) -> str | None:
-    """The first NaN/inf in the output (a tensor, an edge set, or a tuple of them)."""
+    """The first NaN/inf in the output (a tensor, an edge set, a loader's graphs, or a tuple of
+    them)."""
+    if isinstance(out, LoaderRun):
+        return _nonfinite(out.outputs)
+    if isinstance(out, Data):
+        for key in out.keys():
+            problem = _nonfinite(out[key])
+            if problem:
+                return f"data.{key}: {problem}"
+        return None
     if isinstance(out, Tensor):
         if (out.is_floating_point() or out.is_complex()) and out.numel() \
                 and not bool(torch.isfinite(out).all()):
@@ -523,7 +824,12 @@ def _nonfinite(out: Any) -> str | None:
 
 
 def _wrong_output(entry: Entry, out: Any, g: Graph) -> str | None:
-    """A silent wrong answer: wrong output rows, or a producer's edges that fail validation."""
+    """A silent wrong answer: wrong output rows, a producer's edges that fail validation, or what
+    the entry point's own ``check`` finds."""
+    if entry.check is not None:
+        problem = entry.check(out, g)
+        if problem:
+            return problem
     if isinstance(out, EdgeSet) and isinstance(g.batch, Tensor) and isinstance(g.x, Tensor):
         try:
             out.validate(g.num_nodes, g.batch)
@@ -631,6 +937,8 @@ def test_fuzz_covers_enough() -> None:
             "PermutationEdgeSet"} <= names
     assert {f"GraphTransformer[{m}]" for m in MODELS} <= names
     assert {f"producer:{p}" for p in _OWN_PRODUCERS} <= names
+    assert {"SequenceToGraph", "ImageToGraph", "PointCloudToGraph(morton=True)", "morton_order",
+            "grid_edges"} <= names
 
 
 # ------------------------------------------------------------------------- the issue's cases

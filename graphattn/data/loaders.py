@@ -13,22 +13,57 @@ Sliceformer, Converter) read it:
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor
 from torch_geometric.data import Data
 from torch_geometric.transforms import BaseTransform
 
+from graphattn.memory import check_edges
+from graphattn.producers.base import check_positive_int
 from graphattn.producers.knn import KNNEdges
+
+#: the bits of a Morton code: an int64 without its sign bit, less one so that the quantised
+#: coordinates (``2**bits - 1`` at most) stay exact in the conversion from float
+MORTON_CODE_BITS = 62
+
+
+def _describe(value: Any) -> str:
+    """What a malformed input is, for an error message: a tensor's dtype and shape, or its type."""
+    if isinstance(value, Tensor):
+        return f"a {value.dtype} tensor of shape {list(value.shape)}"
+    return "None" if value is None else f"a {type(value).__name__}"
+
+
+def _check_finite(name: str, value: Tensor) -> None:
+    if value.numel() and not bool(torch.isfinite(value).all()):
+        raise ValueError(f"'{name}' contains NaN or infinite values")
+
+
+def _check_connectivity(connectivity: Any) -> int:
+    if isinstance(connectivity, bool) or not isinstance(connectivity, int) \
+            or connectivity not in (4, 8):
+        raise ValueError(f"'connectivity' must be 4 or 8, got {connectivity!r}")
+    return connectivity
+
+
+def _band_edge_count(n: int, window: int) -> int:
+    """The number of edges :func:`_band_edges` builds."""
+    w = max(min(window, n - 1), 0)
+    return w * (2 * n - w - 1)
 
 
 def _band_edges(n: int, window: int, offset: int = 0) -> Tensor:
-    """Edges ``j -> i`` with ``0 < |i - j| <= window`` among nodes ``offset .. offset+n-1``."""
-    if n == 0 or window <= 0:
+    """Edges ``j -> i`` with ``0 < |i - j| <= window`` among nodes ``offset .. offset+n-1`` (a
+    window wider than the sequence connects every pair)."""
+    window = min(window, n - 1)
+    if window <= 0:
         return torch.empty(2, 0, dtype=torch.long)
     i = torch.arange(n)
     parts = []
     for d in range(1, window + 1):
-        src = i[:-d] if d < n else i[:0]
+        src = i[:-d]
         parts += [torch.stack([src, src + d]), torch.stack([src + d, src])]
     return torch.cat(parts, 1) + offset
 
@@ -41,24 +76,41 @@ class SequenceToGraph(BaseTransform):
     is 0). With ``cls_token`` set, a CLS node (that id) is prepended at local index 0 with
     ``pos = -1``, connected both ways to every token when ``cls_edges``. ``pad_to`` with
     ``pad_token`` appends padding tokens as real nodes (parity with padded benchmarks).
+
+    ``window``, ``pad_to``, ``cls_token`` and ``pad_token`` are non-negative ints (token ids are
+    indices into an embedding); a window wider than the sequence connects every pair of tokens.
+    The tokens may have any integer dtype (they become ``long``); negative ids are refused.
     """
 
     def __init__(self, window: int = 0, cls_token: int | None = None, cls_edges: bool = True,
                  pad_to: int | None = None, pad_token: int = 0) -> None:
-        if window < 0:
-            raise ValueError(f"'window' must be >= 0, got {window}")
-        self.window = window
-        self.cls_token = cls_token
+        self.window = check_positive_int("window", window, allow_zero=True)
+        self.cls_token = None if cls_token is None else check_positive_int(
+            "cls_token", cls_token, allow_zero=True)
         self.cls_edges = cls_edges
-        self.pad_to = pad_to
-        self.pad_token = pad_token
+        self.pad_to = None if pad_to is None else check_positive_int("pad_to", pad_to,
+                                                                     allow_zero=True)
+        self.pad_token = check_positive_int("pad_token", pad_token, allow_zero=True)
 
     def forward(self, data: Data) -> Data:
-        tokens = data.tokens if "tokens" in data else data.x
-        if tokens is None or tokens.dim() != 1 or tokens.dtype != torch.long:
-            raise ValueError("SequenceToGraph needs data.tokens as a 1-D long tensor")
-        if self.pad_to is not None and tokens.numel() < self.pad_to:
-            pad = tokens.new_full((self.pad_to - tokens.numel(),), self.pad_token)
+        key = "tokens" if "tokens" in data else "x"
+        tokens = data[key] if key in data else None
+        if not isinstance(tokens, Tensor) or tokens.dim() != 1 or tokens.is_floating_point() \
+                or tokens.is_complex() or tokens.dtype == torch.bool:
+            raise ValueError(f"SequenceToGraph needs 'tokens' (data.tokens, or data.x without it) "
+                             f"as a 1-D integer tensor of token ids, got {_describe(tokens)}"
+                             + ("" if tokens is None else f" in data.{key}"))
+        tokens = tokens.long()
+        if tokens.numel() and int(tokens.min()) < 0:
+            raise ValueError(f"'tokens' (data.{key}) holds a negative token id "
+                             f"({int(tokens.min())})")
+        n = max(tokens.numel(), self.pad_to or 0)
+        cls_edges = 2 * n if self.cls_token is not None and self.cls_edges else 0
+        check_edges(_band_edge_count(n, self.window) + cls_edges,
+                    what=f"SequenceToGraph(window={self.window}) on {n:,} tokens",
+                    how_to_lower="lower window (or pad_to)", device=tokens.device)
+        if n > tokens.numel():
+            pad = tokens.new_full((n - tokens.numel(),), self.pad_token)
             tokens = torch.cat([tokens, pad])
         L = tokens.numel()
         off = 0 if self.cls_token is None else 1
@@ -79,8 +131,13 @@ class SequenceToGraph(BaseTransform):
 
 def grid_edges(h: int, w: int, connectivity: int = 4) -> Tensor:
     """Both-direction edges of an ``h × w`` grid in raster order (4- or 8-neighbourhood)."""
-    if connectivity not in (4, 8):
-        raise ValueError(f"'connectivity' must be 4 or 8, got {connectivity}")
+    h = check_positive_int("h", h, allow_zero=True)
+    w = check_positive_int("w", w, allow_zero=True)
+    connectivity = _check_connectivity(connectivity)
+    diagonal = 2 * max(h - 1, 0) * max(w - 1, 0) if connectivity == 8 else 0
+    check_edges(2 * (h * max(w - 1, 0) + max(h - 1, 0) * w + diagonal),
+                what=f"grid_edges({h:,}, {w:,}, connectivity={connectivity})",
+                how_to_lower="lower h and w (a larger patch_size)")
     idx = torch.arange(h * w).view(h, w)
     pairs = [(idx[:, :-1], idx[:, 1:]), (idx[:-1, :], idx[1:, :])]
     if connectivity == 8:
@@ -99,26 +156,31 @@ class ImageToGraph(BaseTransform):
     ``x`` = the flattened patch values ``[N, C·p²]``, ``pos`` = ``(row, col)`` of each patch,
     grid edges between 4- or 8-neighbouring patches. ``H`` and ``W`` must be multiples of ``p``.
     With ``cls=True`` a CLS node is prepended at local index 0 (``x`` gains an indicator column,
-    ``pos = (-1, -1)``, connected both ways to every patch).
+    ``pos = (-1, -1)``, connected both ways to every patch). The image may have any real dtype
+    (``x`` is float32); NaN or infinite pixels are refused.
     """
 
     def __init__(self, patch_size: int = 1, connectivity: int = 4, cls: bool = False) -> None:
-        if patch_size < 1:
-            raise ValueError(f"'patch_size' must be >= 1, got {patch_size}")
-        self.patch_size = patch_size
-        self.connectivity = connectivity
+        self.patch_size = check_positive_int("patch_size", patch_size)
+        self.connectivity = _check_connectivity(connectivity)
         self.cls = cls
 
     def forward(self, data: Data) -> Data:
-        img = data.image
-        if img is None or img.dim() != 3:
-            raise ValueError("ImageToGraph needs data.image as a [C, H, W] tensor")
+        img = data.image if "image" in data else None
+        if not isinstance(img, Tensor) or img.dim() != 3 or img.is_complex():
+            raise ValueError(f"ImageToGraph needs 'image' (data.image) as a real [C, H, W] tensor, "
+                             f"got {_describe(img)}")
         C, H, W = img.shape
+        if C == 0:
+            raise ValueError(f"'image' (data.image) has no channels: shape {list(img.shape)}")
         p = self.patch_size
         if H % p or W % p:
-            raise ValueError(f"image {H}x{W} is not divisible into {p}x{p} patches")
+            raise ValueError(f"'patch_size' {p} does not divide the 'image' size {H}x{W} "
+                             f"(data.image is [C, H, W])")
         h, w = H // p, W // p
-        x = img.float().reshape(C, h, p, w, p).permute(1, 3, 0, 2, 4).reshape(h * w, C * p * p)
+        img = img.float()
+        _check_finite("image", img)
+        x = img.reshape(C, h, p, w, p).permute(1, 3, 0, 2, 4).reshape(h * w, C * p * p)
         rows, cols = torch.meshgrid(torch.arange(h), torch.arange(w), indexing="ij")
         pos = torch.stack([rows.reshape(-1), cols.reshape(-1)], 1).float()
         edge_index = grid_edges(h, w, self.connectivity)
@@ -139,14 +201,28 @@ class ImageToGraph(BaseTransform):
 
 def morton_order(pos: Tensor, bits: int = 10) -> Tensor:
     """Permutation sorting points along a Morton (Z-order) curve: coordinates are quantised to
-    ``bits`` bits per dimension over their bounding box and the bits interleaved."""
-    if pos.numel() == 0:
-        return torch.empty(0, dtype=torch.long)
+    ``bits`` bits per dimension over their bounding box and the bits interleaved.
+
+    ``pos`` is an ``[N, d]`` real tensor of finite coordinates; the code is an int64, so
+    ``bits * d`` may be at most :data:`MORTON_CODE_BITS` (62)."""
+    if not isinstance(pos, Tensor) or pos.dim() != 2 or pos.is_complex():
+        raise ValueError(f"morton_order needs 'pos' as an [N, d] real tensor of coordinates, got "
+                         f"{_describe(pos)}")
+    bits = check_positive_int("bits", bits)
+    N, d = pos.shape
+    if bits * d > MORTON_CODE_BITS:
+        raise ValueError(f"'bits' ({bits}) times the {d} coordinates of 'pos' exceeds the "
+                         f"{MORTON_CODE_BITS} bits of a Morton code; lower bits")
+    pos = pos.double()
+    _check_finite("pos", pos)
+    if N == 0:
+        return torch.empty(0, dtype=torch.long, device=pos.device)
     lo = pos.min(0).values
-    span = (pos.max(0).values - lo).clamp_min(1e-12)
-    q = ((pos - lo) / span * (2**bits - 1)).round().long()
-    d = pos.size(1)
-    code = torch.zeros(pos.size(0), dtype=torch.long)
+    span = pos.max(0).values - lo
+    span = torch.where(span > 0, span, torch.ones_like(span))  # one value along a dimension: 0
+    top = 2**bits - 1
+    q = ((pos - lo) / span * top).round().long().clamp_(0, top)
+    code = torch.zeros(N, dtype=torch.long, device=pos.device)
     for b in range(bits):
         for k in range(d):
             code |= ((q[:, k] >> b) & 1) << (b * d + k)
@@ -157,29 +233,56 @@ class PointCloudToGraph(BaseTransform):
     r"""Point cloud (``data.pos`` ``[N, d]``) → graph with k-nearest-neighbour edges
     (:math:`j \to i` for the :math:`k` points nearest to :math:`i`), ``x`` = coordinates
     (concatenated with ``data.normal`` / ``data.x`` if present). With ``morton=True`` the points
-    are first re-ordered along a Morton curve (for order-dependent producers)."""
+    are first re-ordered along a Morton curve (for order-dependent producers), and so are the other
+    per-point attributes of ``data`` (e.g. per-point labels ``y``).
+
+    ``data.pos`` must hold finite coordinates (``d >= 1``); ``data.normal`` and ``data.x``, where
+    present, one row (or one value) per point."""
 
     def __init__(self, k: int = 16, morton: bool = False, loop: bool = False) -> None:
         self.knn = KNNEdges(k, loop=loop)
         self.morton = morton
 
     def forward(self, data: Data) -> Data:
-        pos = data.pos
-        if pos is None or pos.dim() != 2:
-            raise ValueError("PointCloudToGraph needs data.pos as an [N, d] tensor")
+        pos = data.pos if "pos" in data else None
+        if not isinstance(pos, Tensor) or pos.dim() != 2 or pos.size(1) == 0 or pos.is_complex():
+            raise ValueError(f"PointCloudToGraph needs 'pos' (data.pos) as a real [N, d] tensor of "
+                             f"coordinates (d >= 1), got {_describe(pos)}")
         pos = pos.float()
+        _check_finite("pos", pos)
+        N = pos.size(0)
         feats = [pos]
         for key in ("normal", "x"):
-            if key in data and data[key] is not None:
-                feats.append(data[key].float().view(pos.size(0), -1))
+            value = data[key] if key in data else None
+            if value is None:
+                continue
+            if not isinstance(value, Tensor) or value.dim() not in (1, 2) or value.size(0) != N \
+                    or value.is_complex():
+                raise ValueError(f"'{key}' (data.{key}) must be a real tensor with one row per "
+                                 f"point ([{N}] or [{N}, F]), got {_describe(value)}")
+            value = value.float()
+            _check_finite(key, value)
+            feats.append(value if value.dim() == 2 else value[:, None])
         x = torch.cat(feats, 1)
+        order = None
         if self.morton:
-            order = morton_order(pos)
+            d = pos.size(1)
+            if d > MORTON_CODE_BITS:
+                raise ValueError(f"morton=True orders points of at most {MORTON_CODE_BITS} "
+                                 f"coordinates, 'pos' has {d}")
+            order = morton_order(pos, bits=min(10, MORTON_CODE_BITS // d))
             pos, x = pos[order], x[order]
-        g = Data(pos=pos, num_nodes=pos.size(0))
+        g = Data(pos=pos, num_nodes=N)
         edge_index = self.knn(x, data=g).edge_index
-        out = Data(x=x, pos=pos, edge_index=edge_index, num_nodes=pos.size(0))
+        out = Data(x=x, pos=pos, edge_index=edge_index, num_nodes=N)
         for key in data.keys():
-            if key not in ("pos", "x", "normal", "face", "edge_index", "num_nodes"):
-                out[key] = data[key]
+            if key in ("pos", "x", "normal", "face", "edge_index", "num_nodes"):
+                continue
+            value = data[key]
+            if order is not None and data.is_node_attr(key):  # per-point: follows its point
+                if isinstance(value, Tensor):
+                    value = value.index_select(data.__cat_dim__(key, value), order.to(value.device))
+                else:
+                    value = [value[i] for i in order.tolist()]
+            out[key] = value
         return out

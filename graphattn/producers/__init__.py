@@ -2,13 +2,20 @@
 
 Static producers: ``input`` (the data's edges), ``full``, ``window``, ``global``, ``knn``, ``random``,
 ``expander``, ``virtual`` and ``union``. The mechanism producers register themselves the same way.
+
+For writing a producer: :class:`EdgeProducer`, :class:`ProducerContext`, :func:`register_producer`,
+:func:`explicit_edge_set` (an edge set whose edges all come from one named origin),
+:func:`producer_generator` (the generator of a seeded producer) and :class:`KeyedRandom` (random
+numbers keyed by graph and draw, so that a graph's draws never depend on its batch-mates).
 """
 
+from graphattn.producers._util import explicit_edge_set, producer_generator
 from graphattn.producers.base import EdgeProducer, ProducerContext
 from graphattn.producers.expander import ExpanderEdges
 from graphattn.producers.full import FullAttention
 from graphattn.producers.global_tokens import GlobalTokens
 from graphattn.producers.input import InputEdges
+from graphattn.producers.keyed_random import KeyedRandom
 from graphattn.producers.knn import KNNEdges
 from graphattn.producers.random import RandomEdges
 from graphattn.producers.registry import (
@@ -32,12 +39,15 @@ __all__ = [
     "GlobalTokens",
     "InputEdges",
     "KNNEdges",
+    "KeyedRandom",
     "ProducerContext",
     "RandomEdges",
     "SlidingWindow",
     "UnionProducer",
     "VirtualNodes",
     "build_producer",
+    "explicit_edge_set",
     "get_producer",
+    "producer_generator",
     "register_producer",
 ]

@@ -85,15 +85,22 @@ def _restore(args: argparse.Namespace) -> tuple[Any, Any]:
 
 
 def print_summary(view: Any, file: Any = None) -> None:
-    """The per-layer statistics as a plain table."""
+    """The per-layer statistics (:func:`graphattn.attention_stats.layer_statistics`) as a plain
+    table: edges per node and head, density, mean attention entropy in nats (``H nats``) and
+    normalised by the log in-degree (``H/log d``), attention mass by origin."""
     file = sys.stdout if file is None else file
-    print(f"{'layer':<28} {'edges':>9} {'edges/node':>10} {'density':>9} {'entropy':>8}  attention mass",
-          file=file)
+
+    def num(value: float | None, spec: str) -> str:
+        return "-" if value is None else format(value, spec)
+
+    print(f"{'layer':<28} {'edges':>9} {'edges/node/head':>15} {'density':>9} {'H nats':>8} "
+          f"{'H/log d':>8}  attention mass", file=file)
     for s in view.stats:
         shares = sorted(s["mass_share"].items(), key=lambda kv: -kv[1])
         mass = ", ".join(f"{k} {100 * v:.0f}%" for k, v in shares)
-        print(f"{s['layer']:<28} {s['edges']:>9} {s['edges_per_node']:>10.2f} {s['density']:>9.3g} "
-              f"{s['entropy']:>8.3f}  {mass}", file=file)
+        print(f"{s['layer']:<28} {s['edges']:>9} {s['edges_per_node_head']:>15.2f} {s['density']:>9.3g} "
+              f"{num(s['entropy_nats'], '.3f'):>8} {num(s['entropy_normalized'], '.3f'):>8}  {mass}",
+              file=file)
     for note in view.notes:
         print(f"note: {note}", file=file)
 

@@ -9,8 +9,8 @@ r"""Static figures (matplotlib) of an :class:`~graphattn.viz.AttentionView`.
 * :func:`draw_heads` — small multiples: layers × (heads + head mean);
 * :func:`draw_heatmap` — the attention matrix (targets × sources) of one layer and head, the natural
   view of a sequence (tokens on both axes; virtual sources as extra columns);
-* :func:`draw_summary` — per-layer edges per node, density, entropy, and shares of edges and of
-  attention mass by origin.
+* :func:`draw_summary` — per-layer edges per node, density, attention entropy (nats, and / log d),
+  and shares of edges and of attention mass by origin.
 
 Every function takes the same pruning arguments as :meth:`AttentionView.edges`. PNGs are written
 at least 1,200 pixels wide (:func:`save_figure`).
@@ -479,9 +479,15 @@ def draw_heatmap(view: AttentionView, layer: int | str = -1, head: int | None = 
     return ax
 
 
+def _or_nan(value: float | None) -> float:
+    return float("nan") if value is None else float(value)
+
+
 def draw_summary(view: AttentionView) -> Figure:
-    """Per layer: edges per node and head, density, mean attention entropy (and the mean largest
-    weight), and the share of edges and of attention mass by origin (over the whole graph)."""
+    """Per layer (:func:`graphattn.attention_stats.layer_statistics`, over the whole graph): edges
+    per node and head, density, mean attention entropy in nats (bars) with the entropy normalised by
+    the log in-degree and the mean largest weight (lines), and the share of edges and of attention
+    mass by origin."""
     stats = view.stats
     if not stats:
         raise ValueError("the view holds no layer statistics (empty trace?)")
@@ -490,16 +496,18 @@ def draw_summary(view: AttentionView) -> Figure:
     fig, axes = plt.subplots(1, 4, figsize=(14, 3.2))
     names = [short_layer_name(s["layer"]) for s in stats]
     names = [f"{i}:{nm}" if len(set(names)) < L else nm for i, nm in enumerate(names)]
-    axes[0].bar(x, [s["edges_per_node"] for s in stats], color="#4477aa")
+    axes[0].bar(x, [s["edges_per_node_head"] for s in stats], color="#4477aa")
     axes[0].set_title("edges per node and head", fontsize=9)
     axes[1].bar(x, [s["density"] for s in stats], color="#228833")
     axes[1].set_title("density (edges / n(n+V))", fontsize=9)
     axes[1].set_ylim(0, max(1e-9, max(s["density"] for s in stats)) * 1.15)
-    axes[2].bar(x, [s["entropy"] for s in stats], color="#ee7733", label="entropy (nats)")
+    axes[2].bar(x, [_or_nan(s["entropy_nats"]) for s in stats], color="#ee7733", label="entropy (nats)")
     ax2 = axes[2].twinx()
     ax2.plot(x, [s["max_weight"] for s in stats], "k.-", label="mean max |α|")
+    ax2.plot(x, [_or_nan(s["entropy_normalized"]) for s in stats], "^--", color="#994400",
+             label="entropy / log d")
     ax2.set_ylim(0, 1.05)
-    axes[2].set_title("attention entropy / mean max |α|", fontsize=9)
+    axes[2].set_title("entropy (nats, bars); entropy / log d, mean max |α| (lines)", fontsize=9)
     origins = sorted({o for s in stats for key in ("origin_share", "mass_share") for o in s[key]},
                      key=origin_code)
     w = 0.38

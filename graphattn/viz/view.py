@@ -31,6 +31,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from graphattn.attention_stats import layer_statistics
 from graphattn.origins import origin_name
 from graphattn.tracing import AttentionTrace, TraceRecord
 
@@ -333,57 +334,17 @@ def _focus_nodes(selected: list[_Selected], focus: int, nodes: np.ndarray, hops:
 
 
 def layer_stats(layer: LayerAttention, num_targets: int) -> dict[str, Any]:
-    r"""Statistics of one layer over ``num_targets`` real targets.
-
-    * ``edges``: edges over all heads; ``edges_per_node``: edges per target and head;
-    * ``density``: edges per head over ``n (n + V)`` possible (source, target) pairs;
-    * ``entropy``: mean over (target, head) with in-edges of :math:`-\sum_j p_j \log p_j`,
-      :math:`p_j = |\alpha_{ij}^h| / \sum_j |\alpha_{ij}^h|` (nats);
-    * ``max_weight``: mean over (target, head) of the largest :math:`|\alpha|`;
-    * ``origin_share``: share of (edge, head) pairs by origin; ``mass_share``: share of
-      :math:`\sum |\alpha|` by origin.
-    """
-    H = layer.num_heads
-    n = max(num_targets, 1)
-    per_head = [int(layer.head_mask(h).sum()) for h in range(H)]
-    ent, top = [], []
-    share: dict[str, float] = {}
-    mass: dict[str, float] = {}
-    total_pairs, total_mass = 0, 0.0
-    for h in range(H):
-        el = layer.edges(h)
-        if not len(el):
-            continue
-        w = np.abs(el.weight)
-        seg = np.bincount(el.dst, weights=w, minlength=n)
-        cnt = np.bincount(el.dst, minlength=n)
-        p = w / np.where(seg[el.dst] > 0, seg[el.dst], 1.0)
-        plogp = np.where(p > 0, p * np.log(np.where(p > 0, p, 1.0)), 0.0)
-        e_t = -np.bincount(el.dst, weights=plogp, minlength=n)
-        mx = np.zeros(seg.size)
-        np.maximum.at(mx, el.dst, w)
-        has = cnt > 0
-        ent.extend(e_t[has].tolist())
-        top.extend(mx[has].tolist())
-        for code in np.unique(el.origin):
-            m = el.origin == code
-            name = origin_name(int(code))
-            share[name] = share.get(name, 0.0) + float(m.sum())
-            mass[name] = mass.get(name, 0.0) + float(w[m].sum())
-        total_pairs += len(el)
-        total_mass += float(w.sum())
-    possible = n * (n + layer.num_virtual)
-    return {
-        "layer": layer.name,
-        "heads": H,
-        "edges": layer.num_edges,
-        "edges_per_node": float(np.mean(per_head)) / n,
-        "density": float(np.mean(per_head)) / possible,
-        "entropy": float(np.mean(ent)) if ent else 0.0,
-        "max_weight": float(np.mean(top)) if top else 0.0,
-        "origin_share": {k: v / total_pairs for k, v in share.items()} if total_pairs else {},
-        "mass_share": {k: v / total_mass for k, v in mass.items()} if total_mass > 0 else {},
-    }
+    r"""Statistics of one layer over its ``num_targets`` real targets (view ids ``0 .. n-1``; a
+    source ``>= n`` is a virtual slot): :func:`graphattn.attention_stats.layer_statistics`, the
+    function :meth:`graphattn.AttentionTrace.summary` uses, so a one-graph trace and its view give
+    the same numbers. Keys include ``entropy_nats`` (mean over targets and heads of
+    :math:`-\sum_j p_{ij}^h \log p_{ij}^h`, :math:`p_{ij}^h` the share of source :math:`j` in target
+    :math:`i`'s :math:`\sum |\alpha|`, copies of an edge merged), ``entropy_normalized`` (the same
+    divided by :math:`\log d_i^h`, :math:`d_i^h` distinct sources, over targets with
+    :math:`d_i^h \ge 2`), ``edges_per_node_head``, ``density``, ``max_weight``, ``origin_share`` and
+    ``mass_share``."""
+    return layer_statistics(layer.src, layer.dst, layer.alpha, num_targets=num_targets, head=layer.head,
+                            origin=layer.origin, name=layer.name)
 
 
 def _infer_kind(data: Any) -> str:

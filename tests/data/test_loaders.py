@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -91,3 +92,23 @@ def test_morton_order_is_a_z_curve():
     pos = torch.tensor([[0.0, 0.0], [1.0, 1.0], [1.0, 0.0], [0.0, 1.0]])
     # Z order on a 2x2 grid: (0,0), (1,0), (0,1), (1,1) with x as the lowest bit
     assert morton_order(pos, bits=1).tolist() == [0, 2, 3, 1]
+
+
+def test_morton_reorder_carries_per_point_attributes():
+    pos = torch.rand(12, 3, generator=torch.Generator().manual_seed(0))
+    g = PointCloudToGraph(k=3, morton=True)(Data(pos=pos, y=torch.arange(12), label=torch.tensor([7])))
+    assert torch.equal(g.pos, pos[g.y])  # the per-point labels follow their points
+    assert g.label.tolist() == [7]  # a graph-level attribute is kept as it is
+
+
+def test_loader_errors_name_the_argument():
+    with pytest.raises(ValueError, match="'patch_size'"):
+        ImageToGraph(patch_size=3)(Data(image=torch.rand(1, 4, 4)))
+    with pytest.raises(ValueError, match="'bits'"):
+        morton_order(torch.rand(5, 3), bits=21)  # 63 bits: more than an int64 code holds
+    with pytest.raises(ValueError, match="'normal'"):
+        PointCloudToGraph(k=2)(Data(pos=torch.rand(4, 3), normal=torch.rand(3, 4)))
+    with pytest.raises(ValueError, match="'tokens'"):
+        SequenceToGraph()(Data(tokens=torch.tensor([1, -2, 3])))
+    with pytest.raises(ValueError, match="'connectivity'"):
+        ImageToGraph(connectivity=6)

@@ -61,6 +61,7 @@ def test_cli_html_and_png(fake_runner, tmp_path, capsys):
     assert fake_runner[-1][:3] == (str(run), 1, "cpu")
     text = capsys.readouterr().out
     assert "layers.0.attn" in text and "expander" in text and f"wrote {out}" in text
+    assert "H nats" in text and "H/log d" in text  # the entropy columns, named with their unit
 
     out = tmp_path / "pep.png"
     assert main(["viz", str(run), "--out", str(out), "--figure", "all", "--head", "0", "--top-k", "2",

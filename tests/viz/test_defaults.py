@@ -225,7 +225,8 @@ def _png_size(path) -> tuple[int, int]:
 @pytest.mark.parametrize("figure", ["graph", "heatmap", "heads", "summary"])
 def test_written_images_are_at_least_1200_px_wide(figure, tmp_path):
     view = synthetic_view(30, "graph", per_target=3)
-    view.stats = [{"layer": "layers.0.attn", "edges_per_node": 4.0, "density": 0.1, "entropy": 1.0,
-                   "max_weight": 0.5, "origin_share": {"sampled": 1.0}, "mass_share": {"sampled": 1.0}}]
+    view.stats = [{"layer": "layers.0.attn", "edges": 120, "edges_per_node": 4.0, "edges_per_node_head": 4.0,
+                   "density": 0.1, "entropy_nats": 1.0, "entropy_normalized": 0.9, "max_weight": 0.5,
+                   "origin_share": {"sampled": 1.0}, "mass_share": {"sampled": 1.0}}]
     path = write_output(view, tmp_path / "x.png", figure=figure, dpi=40)[0]
     assert _png_size(path)[0] >= 1200

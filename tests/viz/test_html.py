@@ -286,3 +286,26 @@ def test_script_labels_are_shown_as_text(browser, tmp_path):
     browser.find_element("css selector", '#nodes .node[data-id="0"]').click()
     assert browser.find_element("id", "selected-label").text == f"{EVIL[0]} #0"
     assert browser.execute_script("return window.__pwned === undefined")
+
+
+def test_stats_table_shows_the_layer_statistics(browser, views, tmp_path):
+    """The layers table shows ``layer_statistics`` (the numbers of ``trace.summary()``), and "-"
+    for an entropy no target defines (a layer whose targets each have one source)."""
+    from dataclasses import replace
+
+    _, view = views["graph"]
+    stats = [dict(s) for s in view.stats]
+    stats[0]["entropy_normalized"] = None
+    logs = open_page(browser, write_html(replace(view, stats=stats), tmp_path / "stats.html"))
+    assert errors(logs) == []
+    rows = browser.execute_script(
+        "return Array.from(document.querySelectorAll('#stats tr')).map("
+        "r => Array.from(r.children).map(c => c.textContent))")
+    assert rows[0] == ["layer", "edges/node/head", "density", "H nats", "H/log d", "max α"]
+    assert len(rows) == len(stats) + 1
+    for row, s in zip(rows[1:], stats, strict=True):
+        assert row[0] == s["layer"]
+        assert float(row[1]) == pytest.approx(s["edges_per_node_head"], abs=0.006)
+        assert float(row[3]) == pytest.approx(s["entropy_nats"], abs=6e-4)
+        assert row[4] == "-" if s["entropy_normalized"] is None else (
+            float(row[4]) == pytest.approx(s["entropy_normalized"], abs=6e-4))

@@ -124,7 +124,9 @@ def test_heads_heatmap_summary(view):
 
     fig = draw_summary(view)
     bars = fig.axes[0].patches
-    assert [b.get_height() for b in bars] == pytest.approx([s["edges_per_node"] for s in view.stats])
+    assert [b.get_height() for b in bars] == pytest.approx([s["edges_per_node_head"] for s in view.stats])
+    bars = fig.axes[2].patches
+    assert [b.get_height() for b in bars] == pytest.approx([s["entropy_nats"] for s in view.stats])
     plt.close(fig)
 
 

@@ -362,11 +362,13 @@
     });
   }
 
+  function fixed(v, digits) { return v === null || v === undefined ? "-" : v.toFixed(digits); }
+
   function renderStats() {
     var t = $("stats");
     clear(t);
     var hr = document.createElement("tr");
-    ["layer", "edges/node", "density", "entropy", "max α"].forEach(function (h) {
+    ["layer", "edges/node/head", "density", "H nats", "H/log d", "max α"].forEach(function (h) {
       var th = document.createElement("th"); th.textContent = h; hr.appendChild(th);
     });
     t.appendChild(hr);
@@ -374,8 +376,10 @@
       var tr = document.createElement("tr");
       if (i === state.layer) tr.className = "current";
       var mass = Object.keys(s.mass_share).map(function (k) { return k + " " + (100 * s.mass_share[k]).toFixed(0) + "%"; }).join(", ");
-      tr.title = "attention mass by origin: " + mass;
-      [s.layer, s.edges_per_node.toFixed(2), s.density.toPrecision(3), s.entropy.toFixed(3), s.max_weight.toFixed(3)].forEach(function (v) {
+      tr.title = "attention mass by origin: " + mass +
+        "\nH nats: mean attention entropy (nats); H/log d: entropy over log(in-degree), 1 = uniform";
+      [s.layer, s.edges_per_node_head.toFixed(2), s.density.toPrecision(3), fixed(s.entropy_nats, 3),
+       fixed(s.entropy_normalized, 3), s.max_weight.toFixed(3)].forEach(function (v) {
         var td = document.createElement("td"); td.textContent = String(v); tr.appendChild(td);
       });
       t.appendChild(tr);
