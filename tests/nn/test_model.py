@@ -1,0 +1,114 @@
+"""GraphTransformer: shapes for graph and node tasks, the read-outs, reset_parameters, the
+training signals collected from the producers, a producer shared by several layers, determinism
+under a seed, and that every parameter receives a gradient."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch_geometric.data import Batch, Data
+
+from graphattn import GraphTransformer, HybridLayer
+
+
+def _batch(sizes=(5, 1, 7), seed: int = 0, feats: int = 6) -> Batch:
+    g = torch.Generator().manual_seed(seed)
+    graphs = []
+    for n in sizes:
+        s = torch.arange(n)
+        ring = torch.stack([s, (s + 1) % n]) if n > 1 else torch.zeros(2, 0, dtype=torch.long)
+        graphs.append(Data(x=torch.randn(n, feats, generator=g), edge_index=ring,
+                           y=torch.randint(0, 3, (n,), generator=g)))
+    return Batch.from_data_list(graphs)
+
+
+@pytest.mark.parametrize("pool", ["mean", "add", "max", "cls"])
+def test_graph_task_gives_one_row_per_graph(pool):
+    torch.manual_seed(0)
+    batch = _batch()
+    model = GraphTransformer(16, 3, num_layers=2, producer="full", pool=pool)
+    out = model(batch)
+    assert out.shape == (3, 3) and torch.isfinite(out).all()
+
+
+def test_node_task_gives_one_row_per_node():
+    torch.manual_seed(0)
+    batch = _batch()
+    model = GraphTransformer(16, 3, num_layers=2, producer="window", conv="gcn", task="node")
+    assert model(batch).shape == (batch.num_nodes, 3)
+
+
+def test_layers_are_hybrid_layers_and_repr_names_them():
+    model = GraphTransformer(16, 3, num_layers=3, producer="random", conv="gin")
+    assert len(model.layers) == 3 and all(isinstance(m, HybridLayer) for m in model.layers)
+    text = repr(model)
+    assert text.startswith("GraphTransformer(") and "random" in text
+
+
+def test_reset_parameters_restores_the_initial_function():
+    batch = _batch()
+    torch.manual_seed(1)
+    model = GraphTransformer(16, 3, num_layers=2, producer="full", conv="gcn")
+    model.eval()
+    model(batch)  # materialise the lazy input widths first
+    torch.manual_seed(2)
+    model.reset_parameters()
+    before = model(batch).detach()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(1.0)
+    assert not torch.allclose(model(batch), before)
+    torch.manual_seed(2)
+    model.reset_parameters()
+    torch.testing.assert_close(model(batch).detach(), before)
+
+
+def test_every_parameter_gets_a_gradient():
+    torch.manual_seed(0)
+    batch = _batch()
+    model = GraphTransformer(16, 3, num_layers=2, producer="full", conv="gcn")
+    model(batch).sum().backward()
+    missing = [n for n, p in model.named_parameters() if p.grad is None]
+    assert not missing, missing
+
+
+def test_evaluation_is_deterministic_and_training_under_a_seed_reproducible():
+    batch = _batch()
+    torch.manual_seed(0)
+    model = GraphTransformer(16, 3, num_layers=2, producer={"name": "random", "k": 2}, dropout=0.2)
+    model.eval()
+    torch.testing.assert_close(model(batch), model(batch), rtol=0, atol=0)
+    model.train()
+    torch.manual_seed(5)
+    a = model(batch)
+    torch.manual_seed(5)
+    b = model(batch)
+    torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_aux_loss_and_edge_sets_of_the_last_pass():
+    torch.manual_seed(0)
+    batch = _batch()
+    plain = GraphTransformer(16, 3, num_layers=2, producer="full")
+    plain(batch)
+    assert len(plain.edge_sets()) == 2 and plain.aux_loss() is None
+    sbm = GraphTransformer(16, 3, num_layers=2, producer={"name": "sbm", "num_clusters": 4}, heads=2)
+    sbm.train()
+    sbm(batch)
+    loss = sbm.aux_loss()
+    assert loss is not None and loss.dim() == 0 and torch.isfinite(loss)
+    expected = sum(es.aux_loss.reshape(()) for es in sbm.edge_sets())
+    torch.testing.assert_close(loss, expected)
+
+
+def test_a_producer_instance_shared_by_layers_is_one_module():
+    torch.manual_seed(0)
+    batch = _batch()
+    model = GraphTransformer(16, 3, num_layers=3, producer={"name": "sac", "shared": True,
+                                                            "warm_start": 0, "alpha": 1})
+    producers = {id(layer.producer) for layer in model.layers}
+    assert len(producers) == 1
+    model.train()
+    model(batch)
+    # the shared predictor samples once per forward: one policy term, later layers reuse the edges
+    assert len(model.policy_terms()) == 1
