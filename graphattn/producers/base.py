@@ -274,6 +274,16 @@ def check_channels(name: str, value: Any, *, lazy: bool = True, optional: bool =
     return value
 
 
+def resolve_num_heads(num_heads: Any, heads: Any, owner: str) -> int | None:
+    """The heads a producer is built for: ``num_heads`` (the one spelling of the producer contract)
+    or ``heads`` (its older spelling, still accepted); both given must agree. ``None`` if neither."""
+    if num_heads is not None and heads is not None and num_heads != heads:
+        raise ValueError(f"{owner} got num_heads={num_heads!r} and heads={heads!r}; give 'num_heads' "
+                         f"only ('heads' is its older spelling)")
+    value = num_heads if num_heads is not None else heads
+    return None if value is None else check_positive_int("num_heads", value)
+
+
 def check_rate(name: str, value: Any) -> float:
     """Validates a probability (a dropout rate): a real number in ``[0, 1)``."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:

@@ -36,6 +36,7 @@ from graphattn.producers.base import (
     ProducerContext,
     check_int,
     check_positive_int,
+    resolve_num_heads,
 )
 from graphattn.producers.input import InputEdges
 from graphattn.producers.keyed_random import KeyedRandom
@@ -116,7 +117,8 @@ class SAC(EdgeProducer):
         head_adaptive (bool): one edge set per attention head: the LSTM runs over ``heads``
             consecutive segments of ``budget`` edges, a learned head embedding appended to its input
             (parallel policy: a learned per-head query offset). Edges get ``head`` ids.
-        heads (int): heads of the consuming layer (supplied by the model; must match the layer).
+        num_heads (int): heads of the consuming layer (supplied by the model; must match the layer;
+            default 1). ``heads`` is accepted as its older spelling.
         distance (str): distance encoding added to destination logits: ``"input_graph"`` (hop
             distance in ``data.edge_index``, symmetrised; buckets ``0..K``, far, unreachable),
             ``"sequence"`` (signed offset of the local node order clipped to ``[-K, K]`` plus far),
@@ -180,7 +182,7 @@ class SAC(EdgeProducer):
         hidden: int | None = None,
         all_nodes: bool = False,
         head_adaptive: bool = False,
-        heads: int = 1,
+        num_heads: int | None = None,
         distance: str = "input_graph",
         max_distance: int = 3,
         candidates: str = "all",
@@ -200,6 +202,8 @@ class SAC(EdgeProducer):
         chunk_size: int = 1 << 22,
         max_dense: int = 1 << 28,
         seed: int = 0,
+        *,
+        heads: int | None = None,
     ) -> None:
         super().__init__()
         if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not alpha > 0 \
@@ -230,7 +234,7 @@ class SAC(EdgeProducer):
         self.hidden = check_positive_int("hidden", hidden) if hidden is not None else embed_dim
         self.all_nodes = bool(all_nodes) or policy == "parallel"
         self.head_adaptive = bool(head_adaptive)
-        self.heads = check_positive_int("heads", heads)
+        self.heads = resolve_num_heads(num_heads, heads, "SAC") or 1
         self.distance = distance
         self.max_distance = check_positive_int("max_distance", max_distance)
         if self.max_distance > 100:

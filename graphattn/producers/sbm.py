@@ -17,7 +17,7 @@ from torch import Tensor, nn
 from graphattn.edgeset import EdgeSet, sort_rows
 from graphattn.memory import check_edges, within_budget
 from graphattn.origins import origin_code
-from graphattn.producers.base import EdgeProducer, ProducerContext, check_positive_int
+from graphattn.producers.base import EdgeProducer, ProducerContext, check_positive_int, resolve_num_heads
 from graphattn.producers.keyed_random import KeyedRandom
 from graphattn.producers.registry import register_producer
 from graphattn.producers.sbm_sampling import (
@@ -108,8 +108,8 @@ class SBMEdges(EdgeProducer):
     position (every graph of the batch draws independently).
 
     Args:
-        heads (int, optional): number of heads :math:`H` (checked against the layer; inferred if
-            ``None``).
+        num_heads (int, optional): number of heads :math:`H` (checked against the layer; inferred
+            if ``None``). ``heads`` is accepted as its older spelling.
         head_dim (int, optional): head size :math:`d` (inferred from the queries on the first call if
             ``None``; the parameters are created then).
         num_clusters (int): :math:`k` (128 in the paper).
@@ -131,7 +131,7 @@ class SBMEdges(EdgeProducer):
 
     def __init__(
         self,
-        heads: int | None = None,
+        num_heads: int | None = None,
         head_dim: int | None = None,
         num_clusters: int = 128,
         delta: float = 0.01,
@@ -144,9 +144,11 @@ class SBMEdges(EdgeProducer):
         reg_weight: float = 1.0,
         eval_seed: int | None = 0,
         chunk_size: int = 1 << 20,
+        *,
+        heads: int | None = None,
     ) -> None:
         super().__init__()
-        self.heads = None if heads is None else check_positive_int("heads", heads)
+        self.heads = resolve_num_heads(num_heads, heads, "SBMEdges")
         self.head_dim = None if head_dim is None else check_positive_int("head_dim", head_dim)
         self.num_clusters = check_positive_int("num_clusters", num_clusters)
         self.delta = _non_negative("delta", delta)

@@ -82,3 +82,18 @@ def test_a_users_argument_is_never_overwritten():
     model = ga.GraphTransformer(16, 3, num_layers=1, producer={"name": "test-khop", "channels": 5})
     producers = [m for m in model.modules() if isinstance(m, KHopEdges)]
     assert producers and all(p.channels == 5 for p in producers)
+
+
+def test_num_heads_is_the_one_spelling_and_heads_the_older_one():
+    import pytest
+
+    from graphattn.producers.sac import SAC
+    from graphattn.producers.sbm import SBMEdges
+
+    for cls in (SBMEdges, SAC):
+        assert cls(num_heads=2).heads == 2
+        assert cls(heads=2).heads == 2
+        assert cls(num_heads=3, heads=3).heads == 3  # what the model passes: both, equal
+        with pytest.raises(ValueError, match="num_heads=2 and heads=3"):
+            cls(num_heads=2, heads=3)
+    assert SAC().heads == 1 and SBMEdges().heads is None
