@@ -194,16 +194,20 @@ def available_memory(device: Any = None) -> int | None:
     return _host_available()
 
 
-def _host_available() -> int | None:
-    avail = None
+def _proc_kib(path: str, key: str) -> int | None:
+    """The ``key:`` line of a ``/proc`` file (``... kB``) in bytes, or ``None``."""
     try:
-        with open("/proc/meminfo") as f:
+        with open(path) as f:
             for line in f:
-                if line.startswith("MemAvailable:"):
-                    avail = int(line.split()[1]) * 1024
-                    break
+                if line.startswith(key + ":"):
+                    return int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
-        avail = None
+        pass
+    return None
+
+
+def _host_available() -> int | None:
+    avail = _proc_kib("/proc/meminfo", "MemAvailable")
     if avail is None:
         try:
             avail = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
@@ -224,15 +228,7 @@ def _address_space_room() -> int | None:
     soft, _hard = resource.getrlimit(resource.RLIMIT_AS)
     if soft == resource.RLIM_INFINITY or soft < 0:
         return None
-    used = 0
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmSize:"):
-                    used = int(line.split()[1]) * 1024
-                    break
-    except (OSError, ValueError, IndexError):
-        pass
+    used = _proc_kib("/proc/self/status", "VmSize") or 0
     return max(int(soft) - used, 0)
 
 
