@@ -38,7 +38,8 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from graphattn.producers.converter_ops import UnitaryChainOperator, givens
+from graphattn.operators import UnitaryChainOperator
+from graphattn.producers.converter_ops import givens
 
 
 def _inputs(n: int, d: int, seed: int = 0) -> dict[str, torch.Tensor]:

@@ -3,17 +3,21 @@ r"""EdgeAttention: the one sparse message-passing attention layer that consumes 
 from __future__ import annotations
 
 import math
+from collections.abc import Hashable, Mapping
 from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 from torch_geometric.nn import Linear, MessagePassing
 from torch_geometric.utils import segment
 
 from graphattn import tracing as _trace
-from graphattn.edgeset import MODES, EdgeSet, as_edge_set
-from graphattn.kernels import permutation_gather, sddmm, segment_softmax, shared_source_attention
+from graphattn.checks import check_channels, check_node_features, check_positive_int, check_rate
+from graphattn.contract import EdgeProducer, ProducerContext
+from graphattn.dispatch import Attended, AttentionCall
+from graphattn.edgeset import MODES, BaseEdgeSet, EdgeSet, as_edge_set
+from graphattn.kernels import sddmm, segment_softmax
 from graphattn.kernels.fused import (
     backend_ops,
     default_backend,
@@ -22,18 +26,9 @@ from graphattn.kernels.fused import (
     unsupported_reason,
 )
 from graphattn.memory import EDGE_BYTES, check_edges
-from graphattn.producers.base import (
-    EdgeProducer,
-    ProducerContext,
-    check_channels,
-    check_node_features,
-    check_positive_int,
-    check_rate,
-)
+from graphattn.signals import TrainingSignals
 
 KERNELS = ("auto", "reference", "fused")
-# whether kernel="auto" runs explicit edge sets on the fused kernel (else on the reference path)
-FUSED_BY_DEFAULT = True
 
 
 class EdgeAttention(MessagePassing):
@@ -145,7 +140,11 @@ class EdgeAttention(MessagePassing):
             self.lin_edge = Linear(edge_dim, HC, bias=False)
         else:
             self.register_module("lin_edge", None)
-        self.last_edges: EdgeSet | None = None
+        #: the edge set of the last call, and the attention path that ran on it
+        #: (``"fused"``, ``"reference"``, ``"shared_sources"``, ``"shared_slots"``, ``"permutation"``,
+        #: ``"operator"``; see :mod:`graphattn.dispatch`)
+        self.last_edges: BaseEdgeSet | None = None
+        self.last_kernel: str | None = None
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -165,6 +164,9 @@ class EdgeAttention(MessagePassing):
         *,
         data: Any = None,
         generator: torch.Generator | None = None,
+        inputs: Mapping[str, Tensor] | None = None,
+        signals: TrainingSignals | None = None,
+        edge_cache: dict[Hashable, EdgeSet] | None = None,
     ) -> Tensor | tuple[Tensor, tuple[Tensor, Tensor]]:
         r"""Runs the layer.
 
@@ -182,112 +184,83 @@ class EdgeAttention(MessagePassing):
                 edges the entries of the other heads are 0.
             data: the PyG data object, passed to a producer.
             generator: random generator, passed to a producer.
+            inputs: named tensors passed to a producer (:attr:`ProducerContext.inputs`).
+            signals: a :class:`~graphattn.signals.TrainingSignals` that receives the edge set
+                attended over (its ``aux_loss`` and ``log_prob`` are training signals).
+            edge_cache: the forward pass's shared edge sets
+                (:attr:`ProducerContext.edge_cache`), passed to a producer.
+
+        After the call, :attr:`last_edges` is that edge set and :attr:`last_kernel` names the path
+        that ran (see :mod:`graphattn.dispatch`).
         """
-        H, C = self.heads, self.out_channels
         x, batch, num_graphs = self._check_inputs(x, batch)
-        N = x.size(0)
-        ctx = ProducerContext(
-            x,
-            batch,
-            num_graphs=num_graphs,
-            num_heads=H,
-            data=data,
-            generator=generator,
-            training=self.training,
-            projections=self._projections(x),
-            validate=False,  # checked above
-        )
-        if isinstance(edges, EdgeProducer):
-            es = edges(x, batch, context=ctx)
-            if edge_attr is not None:
-                es = as_edge_set(es, num_heads=H, edge_attr=edge_attr)
-        else:
-            es = as_edge_set(edges, num_heads=H, mode=self.mode, edge_attr=edge_attr)
-        self._check_edge_set(es, x, batch)
-        self.last_edges = es  # what this call attended over (models and the runner read it)
-
+        ctx = ProducerContext(x, batch, num_graphs=num_graphs, num_heads=self.heads, data=data,
+                              generator=generator, training=self.training, inputs=inputs,
+                              edge_cache=edge_cache, projections=self._projections(x),
+                              validate=False)  # checked above
+        es = self._edge_set(edges, ctx, edge_attr)
+        if signals is not None:
+            signals.add(es)
         need_alpha = return_attention_weights is not None or _trace.is_tracing()
-        alpha: Tensor | None = None
-        structure = es.structure
+        call = AttentionCall(
+            ctx, heads=self.heads, channels=self.out_channels, scale=self.scale,
+            dropout=self.dropout if self.training else 0.0,
+            attend_keys=self.mode == "attention" and es.mode == "attention",
+            lin_key=self.lin_key, lin_value=self.lin_value,
+            explicit=lambda explicit: self._attend_explicit(call, explicit, need_alpha))
         if self.kernel == "reference" or need_alpha:
-            structure = "explicit"
-
-        if structure == "operator":
-            v = ctx.value()
-            out = es.matvec(v)  # type: ignore[attr-defined]
+            res = call.explicit(es.to_explicit())
         else:
-            q = ctx.query() if (self.mode == "attention" and es.mode == "attention") else None
-            slots = self._slot_projections(ctx, es) if structure == "shared_sources" else None
-            if slots is None:
-                k_all, v_all = self._source_projections(ctx, es)
-            else:
-                k_all, v_all = slots
-            if structure == "shared_sources":
-                out = shared_source_attention(
-                    q,
-                    k_all,
-                    v_all,
-                    es.sources,  # type: ignore[attr-defined]
-                    es.ptr,  # type: ignore[attr-defined]
-                    batch,
-                    source_mask=es.source_mask,  # type: ignore[attr-defined]
-                    bias=es.slot_bias,  # type: ignore[attr-defined]
-                    weight=es.slot_weight,  # type: ignore[attr-defined]
-                    mode=es.mode,
-                    dropout=self.dropout if self.training else 0.0,
-                    scale=self.scale,
-                    gathered=slots is not None,
-                )
-            elif structure == "permutation":
-                if self.training and self.dropout > 0:
-                    ones = v_all.new_ones(N, H)
-                    alpha = F.dropout(ones, p=self.dropout, training=True)
-                out = permutation_gather(
-                    v_all,
-                    es.src,  # type: ignore[attr-defined]
-                    weight=es.slot_weight,  # type: ignore[attr-defined]
-                    alpha=alpha,
-                )
-                alpha = None
-            else:
-                explicit = es.to_explicit()
-                if self._use_fused(explicit, v_all):
-                    out, alpha = fused_explicit_attention(
-                        q,
-                        k_all,
-                        v_all,
-                        explicit,
-                        N,
-                        scale=self.scale,
-                        dropout=self.dropout if self.training else 0.0,
-                        need_alpha=need_alpha,
-                    )
-                else:
-                    try:
-                        out, alpha = self._explicit(q, k_all, v_all, explicit, N)
-                    except IndexError as e:
-                        if self.validate:
-                            raise
-                        # validate=False skips the one-transfer index checks: name the culprit
-                        raise ValueError(f"'edge_index' holds a node index out of range (the layer "
-                                         f"was built with validate=False, which skips the index "
-                                         f"checks): {e}") from e
-        if out.is_complex() and self.complex_output == "real":
-            out = out.real
-
-        out = out.reshape(N, H * C) if self.concat else out.mean(dim=1)
-
-        if need_alpha:
-            explicit = es.to_explicit()
-            assert alpha is not None
-            coef = self._alpha_per_head(explicit, alpha)
-            self._alpha = None
-            if _trace.is_tracing():
-                _trace.record(self, explicit, coef, batch)
-            if return_attention_weights is not None:
-                return out, (explicit.edge_index, coef)
-        self._alpha = None
+            res = es.attend(call)
+        self.last_kernel = res.kernel
+        out = res.out.real if res.out.is_complex() and self.complex_output == "real" else res.out
+        out = out.reshape(x.size(0), self.heads * self.out_channels) if self.concat else out.mean(dim=1)
+        if not need_alpha:
+            return out
+        explicit = es.to_explicit()
+        assert res.alpha is not None
+        coef = self._alpha_per_head(explicit, res.alpha)
+        if _trace.is_tracing():
+            _trace.record(self, explicit, coef, batch)
+        if return_attention_weights is not None:
+            return out, (explicit.edge_index, coef)
         return out
+
+    def _edge_set(self, edges: EdgeSet | Tensor | EdgeProducer, ctx: ProducerContext,
+                  edge_attr: Tensor | None) -> EdgeSet:
+        """The edge set to attend over (a producer is called with ``ctx``), checked against the
+        layer and the nodes; kept as :attr:`last_edges`."""
+        if isinstance(edges, EdgeProducer):
+            es = edges(ctx.x, ctx.batch, context=ctx)
+            if edge_attr is not None:
+                es = as_edge_set(es, num_heads=self.heads, edge_attr=edge_attr)
+        else:
+            es = as_edge_set(edges, num_heads=self.heads, mode=self.mode, edge_attr=edge_attr)
+        self._check_edge_set(es, ctx.x, ctx.batch)
+        self.last_edges = es
+        return es
+
+    def _attend_explicit(self, call: AttentionCall, es: EdgeSet, need_alpha: bool) -> Attended:
+        """The explicit path: the fused kernel where it applies (see ``kernel``), else the
+        reference ``propagate``."""
+        q = call.query()
+        k, v = call.sources(es)
+        N = call.num_nodes
+        if self._use_fused(es, v):
+            out, alpha = fused_explicit_attention(q, k, v, es, N, scale=self.scale,
+                                                  dropout=call.dropout, need_alpha=need_alpha)
+            return Attended(out, alpha, "fused")
+        try:
+            out, alpha = self._explicit(q, k, v, es, N)
+        except IndexError as e:
+            if self.validate:
+                raise
+            # validate=False skips the one-transfer index checks: name the culprit
+            raise ValueError(f"'edge_index' holds a node index out of range (the layer was built "
+                             f"with validate=False, which skips the index checks): {e}") from e
+        finally:
+            self._alpha = None
+        return Attended(out, alpha, "reference")
 
     # ----------------------------------------------------------------- helpers
     def _check_inputs(self, x: Tensor, batch: Tensor | None) -> tuple[Tensor, Tensor, int | None]:
@@ -346,58 +319,6 @@ class EdgeAttention(MessagePassing):
             proj["key"] = lambda: self.lin_key(x).view(-1, H, C)
         return proj
 
-    def _source_projections(
-        self, ctx: ProducerContext, es: EdgeSet
-    ) -> tuple[Tensor | None, Tensor]:
-        H, C = self.heads, self.out_channels
-        use_key = self.mode == "attention" and es.mode == "attention"
-        k = ctx.key() if use_key else None
-        v = ctx.value()
-        if es.virtual_x is not None:
-            vx = es.virtual_x.to(v.dtype)
-            v = torch.cat([v, self.lin_value(vx).view(-1, H, C)])
-            if k is not None:
-                k = torch.cat([k, self.lin_key(vx).view(-1, H, C)])
-        return k, v
-
-    def _slot_projections(
-        self, ctx: ProducerContext, es: EdgeSet
-    ) -> tuple[Tensor | None, Tensor] | None:
-        r"""Keys and values of a shared-sources edge set's slots, ``[B, H, k, C]``, projected after
-        gathering the slots' input rows: :math:`k_{b,h,j} = W_K^{(h)} x_{s(b,h,j)} + b_K^{(h)}`.
-        This costs :math:`B k H C F` multiply-adds instead of :math:`(N + n_v) H C F` for projecting
-        every source, so it is used when :math:`B k < N + n_v` (SAMSA: k of N nodes per graph and
-        head) and the projections of all sources were not computed already. ``None``: project all."""
-        use_key = self.mode == "attention" and es.mode == "attention"
-        lins = [self.lin_key, self.lin_value] if use_key else [self.lin_value]
-        if any(isinstance(lin.weight, nn.parameter.UninitializedParameter) for lin in lins):
-            return None
-        if ctx.cached_projection("value") is not None or (
-            use_key and ctx.cached_projection("key") is not None
-        ):
-            return None
-        sources: Tensor = es.sources  # type: ignore[attr-defined]
-        B, Hs, k = sources.shape
-        nv = 0 if es.virtual_x is None else es.virtual_x.size(0)
-        if B * k >= ctx.num_nodes + nv:
-            return None
-        H, C = self.heads, self.out_channels
-        x = ctx.x
-        table = x if es.virtual_x is None else torch.cat([x, es.virtual_x.to(x.dtype)])
-        mask = es.source_mask  # type: ignore[attr-defined]
-        idx = sources if mask is None else torch.where(mask, sources, torch.zeros_like(sources))
-        rows = table[idx]  # [B, Hs, k, F]
-
-        def project(lin: nn.Module) -> Tensor:
-            if Hs == 1:  # every head reads the same rows: the layer's own projection
-                return lin(rows[:, 0]).view(B, k, H, C).transpose(1, 2)
-            # head h reads its own rows through its own slice W^{(h)}
-            out = torch.einsum("bhkf,hcf->bhkc", rows, lin.weight.view(H, C, -1))
-            return out if lin.bias is None else out + lin.bias.view(1, H, 1, C)
-
-        kd = project(self.lin_key) if use_key else None
-        return kd, project(self.lin_value)
-
     def _use_fused(self, es: EdgeSet, v: Tensor) -> bool:
         """Whether the explicit edge set ``es`` runs on the fused kernel (see ``kernel``)."""
         if self.kernel == "reference":
@@ -407,7 +328,7 @@ class EdgeAttention(MessagePassing):
         if self.kernel == "fused":
             if reason is not None:
                 raise ValueError(f"kernel='fused' cannot run this edge set: {reason}")
-        elif reason is not None or not FUSED_BY_DEFAULT or self._has_pyg_hooks():
+        elif reason is not None or self._has_pyg_hooks():
             return False
         if backend_ops(backend, warn=self.kernel != "fused") is not None:
             return True
@@ -452,9 +373,11 @@ class EdgeAttention(MessagePassing):
         weight = None if es.weight is None else es.weight[perm]
         edge_feat = None
         if es.edge_attr is not None:
-            edge_feat = self.lin_edge(es.edge_attr[perm]).view(-1, H, C)  # type: ignore[misc]
+            assert self.lin_edge is not None  # _check_edge_set refuses edge_attr without edge_dim
+            edge_feat = self.lin_edge(es.edge_attr[perm]).view(-1, H, C)
         if es.per_head:
-            head = es.head[perm]  # type: ignore[index]
+            assert es.head is not None
+            head = es.head[perm]
             S = v.size(0)
             v = v.reshape(S * H, 1, C)
             k = None if k is None else k.reshape(S * H, 1, C)

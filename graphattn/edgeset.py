@@ -43,13 +43,16 @@ import functools
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import torch
 from torch import Tensor
 
 from graphattn.memory import check_edges
 from graphattn.origins import origin_code
+
+if TYPE_CHECKING:  # pragma: no cover
+    from graphattn.dispatch import Attended, AttentionCall
 
 F = TypeVar("F", bound=Callable[..., Any])
 ES = TypeVar("ES", bound="BaseEdgeSet")
@@ -269,8 +272,18 @@ class BaseEdgeSet(ABC):
                     f"'batch' must have shape [{num_nodes}] (one graph id per node), "
                     f"got {_shape(batch)}"
                 )
+        # an edge set shared by several layers (EdgeProducer.static_key) is checked once per batch:
+        # the key holds the tensors' identities and versions, so any change checks again
+        key = ("validated", num_nodes, *_tensor_ids(batch, *self._index_tensors()))
+        if key in self._cache:
+            return self
         self._validate_indices(num_nodes, batch)
+        self._cache[key] = batch  # held, so that its id is not reused while the key is cached
         return self
+
+    def _index_tensors(self) -> tuple[Tensor | None, ...]:
+        """The tensors the index checks of :meth:`validate` read (whose changes void a check)."""
+        return tuple(v for v in vars(self).values() if isinstance(v, Tensor))
 
     @abstractmethod
     def _validate_indices(self, num_nodes: int, batch: Tensor | None) -> None:
@@ -281,6 +294,10 @@ class BaseEdgeSet(ABC):
     def to_explicit(self) -> EdgeSet:
         """Plain COO edges with the same meaning (``self`` for an explicit edge set); the only
         member of a structured edge set that enumerates its edges."""
+
+    @abstractmethod
+    def attend(self, call: AttentionCall) -> Attended:
+        """Attention over these edges on this structure's own path (:mod:`graphattn.dispatch`)."""
 
     def to(self: ES, *args: Any, **kwargs: Any) -> ES:
         """Moves tensors like :meth:`torch.Tensor.to`; a dtype applies to real floating fields only."""
@@ -544,6 +561,10 @@ class EdgeSet(BaseEdgeSet):
         """Plain COO edges with the same meaning (``self`` for an explicit edge set)."""
         return self
 
+    def attend(self, call: AttentionCall) -> Attended:
+        """The layer's explicit path (fused kernel or reference)."""
+        return call.explicit(self)
+
     def _fields(self) -> dict[str, Any]:
         return {
             "head": self.head,
@@ -655,6 +676,12 @@ class EdgeSet(BaseEdgeSet):
             if getattr(self, name) is not None:
                 parts.append(f"{name}={_shape(getattr(self, name))}")
         return f"{type(self).__name__}({', '.join(parts)})"
+
+
+def _tensor_ids(*tensors: Tensor | None) -> tuple[Any, ...]:
+    """Identity and version of each tensor (``None`` stays ``None``): a cache key that changes when
+    a tensor is replaced or modified in place."""
+    return tuple(None if t is None else (id(t), t._version) for t in tensors)
 
 
 def first_occurrences(key: Tensor) -> Tensor:

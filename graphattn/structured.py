@@ -23,11 +23,13 @@ allocating more.
 from __future__ import annotations
 
 from abc import abstractmethod
-from typing import Any, ClassVar, NoReturn
+from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
+from graphattn.dispatch import Attended
 from graphattn.edgeset import (
     EdgeSet,
     ExplicitOnlyError,
@@ -38,8 +40,12 @@ from graphattn.edgeset import (
     _shape,
     derived_edge_sets,
 )
+from graphattn.kernels import permutation_gather, shared_source_attention
 from graphattn.memory import EDGE_BYTES, check_edges
 from graphattn.origins import origin_code
+
+if TYPE_CHECKING:  # pragma: no cover
+    from graphattn.dispatch import AttentionCall
 
 #: the advice of the memory guard when materialising a structured edge set
 _LOWER_EXPLICIT = ("use the structured fast path (kernel='auto', without return_attention_weights or "
@@ -280,6 +286,41 @@ class SharedSourceEdgeSet(StructuredEdgeSet):
             per_graph = self.source_mask.sum((1, 2))
         return int((counts * per_graph).sum())
 
+    def attend(self, call: AttentionCall) -> Attended:
+        """Dense batched SDPA over the gathered sources of every (graph, head)."""
+        q = call.query()
+        slots = self._slot_projections(call)
+        k, v = call.sources(self) if slots is None else slots
+        out = shared_source_attention(
+            q, k, v, self.sources, self.ptr, call.ctx.batch, source_mask=self.source_mask,
+            bias=self.slot_bias, weight=self.slot_weight, mode=self.mode, dropout=call.dropout,
+            scale=call.scale, gathered=slots is not None,
+        )
+        return Attended(out, None, "shared_sources" if slots is None else "shared_slots")
+
+    def _slot_projections(self, call: AttentionCall) -> tuple[Tensor | None, Tensor] | None:
+        r"""Keys and values of the slots, ``[B, H, k, C]``, projected after gathering the slots'
+        input rows: :math:`k_{b,h,j} = W_K^{(h)} x_{s(b,h,j)} + b_K^{(h)}`. This costs
+        :math:`B k H C F` multiply-adds instead of :math:`(N + n_v) H C F` for projecting every
+        source, so it is used when :math:`B k < N + n_v` (SAMSA: k of N nodes per graph and head)
+        and the projections of all sources were not computed already. ``None``: project all."""
+        if call.lazy() or call.projections_computed():
+            return None
+        B, _, k = self.sources.shape
+        if B * k >= call.num_nodes + self.num_virtual:
+            return None
+        x = call.ctx.x
+        table = x if self.virtual_x is None else torch.cat([x, self.virtual_x.to(x.dtype)])
+        mask = self.source_mask
+        idx = self.sources if mask is None else torch.where(mask, self.sources,
+                                                            torch.zeros_like(self.sources))
+        rows = table[idx]  # [B, Hs, k, F]
+        kd = None
+        if call.attend_keys:
+            assert call.lin_key is not None
+            kd = call.project_rows(call.lin_key, rows)
+        return kd, call.project_rows(call.lin_value, rows)
+
     def validate(self, num_nodes: int, batch: Tensor | None = None) -> SharedSourceEdgeSet:
         _check_ptr_and_batch(self.ptr, num_nodes, batch, type(self).__name__)
         return super().validate(num_nodes, batch)
@@ -432,6 +473,15 @@ class PermutationEdgeSet(StructuredEdgeSet):
     def num_edges(self) -> int:
         return int(self.src.numel())
 
+    def attend(self, call: AttentionCall) -> Attended:
+        """A gather of the values (dropout drops whole messages, rescaled by :math:`1/(1-p)`)."""
+        v = call.sources(self, keys=False)[1]
+        alpha = None
+        if call.dropout > 0:
+            alpha = F.dropout(v.new_ones(call.num_nodes, call.heads), p=call.dropout, training=True)
+        return Attended(permutation_gather(v, self.src, weight=self.slot_weight, alpha=alpha), None,
+                        self.structure)
+
     def validate(self, num_nodes: int, batch: Tensor | None = None) -> PermutationEdgeSet:
         if self.src.size(0) != num_nodes:
             raise ValueError(
@@ -544,6 +594,10 @@ class OperatorEdgeSet(StructuredEdgeSet):
         counts = self.ptr[1:] - self.ptr[:-1]
         return int((counts * counts).sum())
 
+    def attend(self, call: AttentionCall) -> Attended:
+        """:meth:`matvec` on the values."""
+        return Attended(self.matvec(call.value()), None, self.structure)
+
     def validate(self, num_nodes: int, batch: Tensor | None = None) -> OperatorEdgeSet:
         """The shared checks of :meth:`EdgeSet.validate` (``num_nodes``, ``batch``), then the
         operator's own: it acts within the contiguous node ranges of ``ptr``, so ``ptr`` must end
@@ -554,11 +608,11 @@ class OperatorEdgeSet(StructuredEdgeSet):
     def _validate_indices(self, num_nodes: int, batch: Tensor | None) -> None:
         """No enumerated indices: the ``ptr`` / ``batch`` check in :meth:`validate` covers them."""
 
-    @derived_edge_sets
-    def to_explicit(self, max_nodes_per_graph: int = 4096) -> EdgeSet:
-        cached = self._cache.get("explicit")
-        if cached is not None:
-            return cached
+    def _explicit_rows(self, max_nodes_per_graph: int) -> Tensor:
+        """``[N, H, n_max]``: :meth:`matvec` of a per-graph identity, so that row ``ptr_b + i``,
+        head ``h`` holds :math:`S_b[i, :]` in head ``h`` (columns past the graph's size are 0),
+        after the size and memory checks. :meth:`to_explicit` reads its edge weights here; an
+        operator shared by every head may return ``[N, 1, n_max]`` (one pass instead of ``H``)."""
         counts = self.ptr[1:] - self.ptr[:-1]
         N = int(self.ptr[-1])
         dev = self.ptr.device
@@ -577,7 +631,21 @@ class OperatorEdgeSet(StructuredEdgeSet):
         local = torch.arange(N, device=dev) - self.ptr[graph_of]
         eye = torch.zeros(N, H, n_max, device=dev)
         eye[torch.arange(N, device=dev), :, local] = 1.0
-        dense = self.matvec(eye)  # dense[ptr_b + i, h, j] = S_b[i, j] in head h
+        return self.matvec(eye)  # dense[ptr_b + i, h, j] = S_b[i, j] in head h
+
+    @derived_edge_sets
+    def to_explicit(self, max_nodes_per_graph: int = 4096) -> EdgeSet:
+        """The complete digraph of every graph (self-loops included), target-major, with weights
+        :math:`w_{j \\to i} = S_{ij}` per head (:meth:`_explicit_rows`), built once and cached."""
+        cached = self._cache.get("explicit")
+        if cached is not None:
+            return cached
+        dense = self._explicit_rows(max_nodes_per_graph)  # [N, H or 1, n_max]
+        counts = self.ptr[1:] - self.ptr[:-1]
+        N = int(self.ptr[-1])
+        dev = self.ptr.device
+        H = self.num_heads
+        graph_of = torch.repeat_interleave(torch.arange(counts.numel(), device=dev), counts)
         # edges j -> i for every pair of one graph
         dst = torch.repeat_interleave(torch.arange(N, device=dev), counts[graph_of])
         start = self.ptr[graph_of].repeat_interleave(counts[graph_of])
@@ -585,7 +653,9 @@ class OperatorEdgeSet(StructuredEdgeSet):
             torch.cumsum(counts[graph_of], 0) - counts[graph_of], counts[graph_of]
         )
         src = start + within
-        w = dense[dst, :, within]  # [E, H]
+        w = dense[dst, :, within]  # [E, H], or [E, 1] for one operator shared by every head
+        if w.size(1) != H:
+            w = w.expand(dst.numel(), H)
         es = EdgeSet(
             torch.stack([src, dst]),
             num_heads=H,

@@ -380,6 +380,16 @@ class FusedEdgeAttentionFunction(torch.autograd.Function):
                 None, None, None, None)
 
 
+def _ops_and_scale(x: Tensor, backend: str | None, scale: float | None) -> tuple[Any, float]:
+    """The operator set of ``backend`` (default: by ``x``'s device; raises if there is none) and the
+    logit scale (default ``D ** -0.5``, ``D`` the last dimension of ``x``)."""
+    backend = backend or default_backend(x.device)
+    ops = backend_ops(backend) if backend is not None else None
+    if ops is None:
+        raise RuntimeError(f"no fused kernel is available for {x.device} tensors")
+    return ops, x.size(-1) ** -0.5 if scale is None else float(scale)
+
+
 def fused_attention(
     q: Tensor | None,
     k: Tensor | None,
@@ -406,11 +416,7 @@ def fused_attention(
 
     Returns ``out [R, H, D]`` (and ``lse [R, H]`` with ``return_lse``).
     """
-    backend = backend or default_backend(v.device)
-    ops = backend_ops(backend) if backend is not None else None
-    if ops is None:
-        raise RuntimeError(f"no fused kernel is available for {v.device} tensors")
-    scale = v.size(-1) ** -0.5 if scale is None else float(scale)
+    ops, scale = _ops_and_scale(v, backend, scale)
     v = v.contiguous()
     q = None if q is None else q.contiguous()
     k = None if k is None else k.contiguous()
@@ -432,11 +438,7 @@ def attention_probs(
 ) -> Tensor:
     """Softmax coefficients ``p [E, H]`` (edge-set order) of every edge given the forward's
     ``lse``, without gradient."""
-    backend = backend or default_backend(q.device)
-    ops = backend_ops(backend) if backend is not None else None
-    if ops is None:
-        raise RuntimeError(f"no fused kernel is available for {q.device} tensors")
-    scale = q.size(-1) ** -0.5 if scale is None else float(scale)
+    ops, scale = _ops_and_scale(q, backend, scale)
     with torch.no_grad():
         q, k = q.detach().contiguous(), k.detach().contiguous()
         b = None if bias is None else bias.detach().to(q.dtype).contiguous()

@@ -33,37 +33,75 @@ LN2: tl.constexpr = tl.constexpr(0.6931471805599453)
 
 
 @triton.jit
+def _program_row(SCALES, PTR, H, D, BLOCK_D: tl.constexpr):
+    """The program's row (axis 0: a target row, or a source row in the source pass) and head
+    (axis 1): ``(row, h, qk_scale, scale, start, end, offs_d, dmask, base)`` with the scales (see
+    :func:`_scales`), the row's entries ``start .. end - 1`` (``PTR[row] .. PTR[row + 1]``), the
+    channel offsets and mask, and ``base``, the offsets of the row's head-``h`` slice of an
+    ``[rows, H, D]`` tensor."""
+    row = tl.program_id(0).to(tl.int64)
+    h = tl.program_id(1).to(tl.int64)
+    qk_scale = tl.load(SCALES)
+    scale = tl.load(SCALES + 1)
+    start = tl.load(PTR + row)
+    end = tl.load(PTR + row + 1)
+    offs_d = tl.arange(0, BLOCK_D)
+    dmask = offs_d < D
+    base = row * (H * D) + h * D + offs_d
+    return row, h, qk_scale, scale, start, end, offs_d, dmask, base
+
+
+@triton.jit
+def _edge_chunk(IDX, EID, e0, end, h, H, D, offs_d, dmask, BLOCK_E: tl.constexpr):
+    """The chunk of a row's entries ``e0 .. e0 + BLOCK_E - 1`` (those before ``end``):
+    ``(emask, j, uid, tile, tmask)``, the entries' mask, the row each gathers (``IDX``: the source
+    row, or the target row in the source pass), its edge id (``EID``), and the offsets and mask of
+    the ``[BLOCK_E, BLOCK_D]`` tile of the gathered rows' head-``h`` slices."""
+    offs_e = e0 + tl.arange(0, BLOCK_E)
+    emask = offs_e < end
+    j = tl.load(IDX + offs_e, mask=emask, other=0).to(tl.int64)
+    uid = tl.load(EID + offs_e, mask=emask, other=0).to(tl.int64)
+    tile = j[:, None] * (H * D) + h * D + offs_d[None, :]
+    tmask = emask[:, None] & dmask[None, :]
+    return emask, j, uid, tile, tmask
+
+
+@triton.jit
+def _edge_values(F, uid, h, se, sh, emask, ACC: tl.constexpr):
+    """A per-edge field (bias or weight: ``[E]`` or ``[E, H]`` by its strides) at the chunk's
+    edges in head ``h`` (0 at masked entries)."""
+    return tl.load(F + uid * se + h * sh, mask=emask, other=0.0).to(ACC)
+
+
+@triton.jit
+def _logits(X, tile, tmask, y, qk_scale, BIAS, uid, h, bias_se, bias_sh, emask,
+            HAS_BIAS: tl.constexpr, ACC: tl.constexpr):
+    """``(xt, s)``: the gathered tile of ``X`` and the chunk's logits in log2 units,
+    ``qk_scale · x_j·y`` (plus ``bias · log2 e``)."""
+    xt = tl.load(X + tile, mask=tmask, other=0.0).to(ACC)
+    s = tl.sum(xt * y[None, :], axis=1) * qk_scale
+    if HAS_BIAS:
+        s = s + _edge_values(BIAS, uid, h, bias_se, bias_sh, emask, ACC) * LOG2E
+    return xt, s
+
+
+@triton.jit
 def _forward_kernel(
     Q, K, V, ROWPTR, COL, EID, BIAS, WEIGHT, OUT, LSE,
     H, D, SCALES, bias_se, bias_sh, w_se, w_sh,
     HAS_BIAS: tl.constexpr, HAS_WEIGHT: tl.constexpr, SOFTMAX: tl.constexpr,
     ACC: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
-    row = tl.program_id(0).to(tl.int64)
-    h = tl.program_id(1).to(tl.int64)
-    qk_scale = tl.load(SCALES)
-    start = tl.load(ROWPTR + row)
-    end = tl.load(ROWPTR + row + 1)
-    offs_d = tl.arange(0, BLOCK_D)
-    dmask = offs_d < D
-    HD = H * D
-    q = tl.load(Q + row * HD + h * D + offs_d, mask=dmask, other=0.0).to(ACC)
+    row, h, qk_scale, _scale, start, end, offs_d, dmask, base = _program_row(SCALES, ROWPTR, H, D, BLOCK_D)
+    q = tl.load(Q + base, mask=dmask, other=0.0).to(ACC)
     m = tl.full([1], float("-inf"), ACC)
     l = tl.zeros([1], ACC)
     acc = tl.zeros([BLOCK_D], ACC)
     for e0 in range(start, end, BLOCK_E):
-        offs_e = e0 + tl.arange(0, BLOCK_E)
-        emask = offs_e < end
-        j = tl.load(COL + offs_e, mask=emask, other=0).to(tl.int64)
-        uid = tl.load(EID + offs_e, mask=emask, other=0).to(tl.int64)
-        tile = j[:, None] * HD + h * D + offs_d[None, :]
-        tmask = emask[:, None] & dmask[None, :]
+        emask, _j, uid, tile, tmask = _edge_chunk(COL, EID, e0, end, h, H, D, offs_d, dmask, BLOCK_E)
         if SOFTMAX:
-            kt = tl.load(K + tile, mask=tmask, other=0.0).to(ACC)
-            s = tl.sum(kt * q[None, :], axis=1) * qk_scale  # log2 units
-            if HAS_BIAS:
-                b = tl.load(BIAS + uid * bias_se + h * bias_sh, mask=emask, other=0.0).to(ACC)
-                s = s + b * LOG2E
+            _kt, s = _logits(K, tile, tmask, q, qk_scale, BIAS, uid, h, bias_se, bias_sh, emask,
+                             HAS_BIAS, ACC)
             s = tl.where(emask, s, float("-inf"))
             m_new = tl.maximum(m, tl.max(s, axis=0))
             rescale = tl.exp2(m - m_new)
@@ -75,7 +113,7 @@ def _forward_kernel(
         else:
             c = tl.where(emask, 1.0, 0.0).to(ACC)
         if HAS_WEIGHT:
-            c = c * tl.load(WEIGHT + uid * w_se + h * w_sh, mask=emask, other=0.0).to(ACC)
+            c = c * _edge_values(WEIGHT, uid, h, w_se, w_sh, emask, ACC)
         vt = tl.load(V + tile, mask=tmask, other=0.0).to(ACC)
         acc += tl.sum(c[:, None] * vt, axis=0)
     if SOFTMAX:
@@ -85,7 +123,7 @@ def _forward_kernel(
         lse = tl.where(nonempty, (m + tl.log2(l_safe)) * LN2, float("-inf"))
     else:
         lse = tl.zeros([1], ACC)
-    tl.store(OUT + row * HD + h * D + offs_d, acc.to(OUT.dtype.element_ty), mask=dmask)
+    tl.store(OUT + base, acc.to(OUT.dtype.element_ty), mask=dmask)
     tl.store(LSE + row * H + h + tl.arange(0, 1), lse)
 
 
@@ -97,16 +135,7 @@ def _backward_dst_kernel(
     NEED_DQ: tl.constexpr, NEED_DS: tl.constexpr, NEED_PG: tl.constexpr,
     ACC: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
-    row = tl.program_id(0).to(tl.int64)
-    h = tl.program_id(1).to(tl.int64)
-    qk_scale = tl.load(SCALES)
-    scale = tl.load(SCALES + 1)
-    start = tl.load(ROWPTR + row)
-    end = tl.load(ROWPTR + row + 1)
-    offs_d = tl.arange(0, BLOCK_D)
-    dmask = offs_d < D
-    HD = H * D
-    base = row * HD + h * D + offs_d
+    row, h, qk_scale, scale, start, end, offs_d, dmask, base = _program_row(SCALES, ROWPTR, H, D, BLOCK_D)
     do = tl.load(DOUT + base, mask=dmask, other=0.0).to(ACC)
     if SOFTMAX:
         o = tl.load(OUT + base, mask=dmask, other=0.0).to(ACC)
@@ -116,23 +145,15 @@ def _backward_dst_kernel(
         tl.store(DTERM + row * H + h + tl.arange(0, 1), tl.zeros([1], ACC) + dterm)
     dq = tl.zeros([BLOCK_D], ACC)
     for e0 in range(start, end, BLOCK_E):
-        offs_e = e0 + tl.arange(0, BLOCK_E)
-        emask = offs_e < end
-        j = tl.load(COL + offs_e, mask=emask, other=0).to(tl.int64)
-        uid = tl.load(EID + offs_e, mask=emask, other=0).to(tl.int64)
-        tile = j[:, None] * HD + h * D + offs_d[None, :]
-        tmask = emask[:, None] & dmask[None, :]
+        emask, _j, uid, tile, tmask = _edge_chunk(COL, EID, e0, end, h, H, D, offs_d, dmask, BLOCK_E)
         vt = tl.load(V + tile, mask=tmask, other=0.0).to(ACC)
         g = tl.sum(vt * do[None, :], axis=1)
         if SOFTMAX:
-            kt = tl.load(K + tile, mask=tmask, other=0.0).to(ACC)
-            s = tl.sum(kt * q[None, :], axis=1) * qk_scale
-            if HAS_BIAS:
-                b = tl.load(BIAS + uid * bias_se + h * bias_sh, mask=emask, other=0.0).to(ACC)
-                s = s + b * LOG2E
+            kt, s = _logits(K, tile, tmask, q, qk_scale, BIAS, uid, h, bias_se, bias_sh, emask,
+                            HAS_BIAS, ACC)
             p = tl.where(emask, tl.exp2(s - lse2), 0.0)
             if HAS_WEIGHT:
-                w = tl.load(WEIGHT + uid * w_se + h * w_sh, mask=emask, other=0.0).to(ACC)
+                w = _edge_values(WEIGHT, uid, h, w_se, w_sh, emask, ACC)
                 ds = p * (w * g - dterm)
             else:
                 ds = p * (g - dterm)
@@ -157,39 +178,22 @@ def _backward_src_kernel(
     NEED_DK: tl.constexpr, NEED_DV: tl.constexpr,
     ACC: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
-    src = tl.program_id(0).to(tl.int64)
-    h = tl.program_id(1).to(tl.int64)
-    qk_scale = tl.load(SCALES)
-    scale = tl.load(SCALES + 1)
-    start = tl.load(COLPTR + src)
-    end = tl.load(COLPTR + src + 1)
-    offs_d = tl.arange(0, BLOCK_D)
-    dmask = offs_d < D
-    HD = H * D
-    base = src * HD + h * D + offs_d
+    _src, h, qk_scale, scale, start, end, offs_d, dmask, base = _program_row(SCALES, COLPTR, H, D, BLOCK_D)
     v = tl.load(V + base, mask=dmask, other=0.0).to(ACC)
     if SOFTMAX:
         k = tl.load(K + base, mask=dmask, other=0.0).to(ACC)
     dk = tl.zeros([BLOCK_D], ACC)
     dv = tl.zeros([BLOCK_D], ACC)
     for c0 in range(start, end, BLOCK_E):
-        offs_c = c0 + tl.arange(0, BLOCK_E)
-        cmask = offs_c < end
-        i = tl.load(CROW + offs_c, mask=cmask, other=0).to(tl.int64)
-        uid = tl.load(CUID + offs_c, mask=cmask, other=0).to(tl.int64)
-        tile = i[:, None] * HD + h * D + offs_d[None, :]
-        tmask = cmask[:, None] & dmask[None, :]
+        cmask, i, uid, tile, tmask = _edge_chunk(CROW, CUID, c0, end, h, H, D, offs_d, dmask, BLOCK_E)
         dot = tl.load(DOUT + tile, mask=tmask, other=0.0).to(ACC)
         if HAS_WEIGHT:
-            w = tl.load(WEIGHT + uid * w_se + h * w_sh, mask=cmask, other=0.0).to(ACC)
+            w = _edge_values(WEIGHT, uid, h, w_se, w_sh, cmask, ACC)
         else:
             w = tl.where(cmask, 1.0, 0.0).to(ACC)
         if SOFTMAX:
-            qt = tl.load(Q + tile, mask=tmask, other=0.0).to(ACC)
-            s = tl.sum(qt * k[None, :], axis=1) * qk_scale
-            if HAS_BIAS:
-                b = tl.load(BIAS + uid * bias_se + h * bias_sh, mask=cmask, other=0.0).to(ACC)
-                s = s + b * LOG2E
+            qt, s = _logits(Q, tile, tmask, k, qk_scale, BIAS, uid, h, bias_se, bias_sh, cmask,
+                            HAS_BIAS, ACC)
             lse2 = tl.load(LSE + i * H + h, mask=cmask, other=0.0).to(ACC) * LOG2E
             p = tl.where(cmask, tl.exp2(s - lse2), 0.0)
             if NEED_DK:
@@ -212,27 +216,13 @@ def _probs_kernel(
     H, D, SCALES, bias_se, bias_sh,
     HAS_BIAS: tl.constexpr, ACC: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
-    row = tl.program_id(0).to(tl.int64)
-    h = tl.program_id(1).to(tl.int64)
-    qk_scale = tl.load(SCALES)
-    start = tl.load(ROWPTR + row)
-    end = tl.load(ROWPTR + row + 1)
-    offs_d = tl.arange(0, BLOCK_D)
-    dmask = offs_d < D
-    HD = H * D
-    q = tl.load(Q + row * HD + h * D + offs_d, mask=dmask, other=0.0).to(ACC)
+    row, h, qk_scale, _scale, start, end, offs_d, dmask, base = _program_row(SCALES, ROWPTR, H, D, BLOCK_D)
+    q = tl.load(Q + base, mask=dmask, other=0.0).to(ACC)
     lse2 = tl.load(LSE + row * H + h).to(ACC) * LOG2E
     for e0 in range(start, end, BLOCK_E):
-        offs_e = e0 + tl.arange(0, BLOCK_E)
-        emask = offs_e < end
-        j = tl.load(COL + offs_e, mask=emask, other=0).to(tl.int64)
-        uid = tl.load(EID + offs_e, mask=emask, other=0).to(tl.int64)
-        tile = j[:, None] * HD + h * D + offs_d[None, :]
-        kt = tl.load(K + tile, mask=emask[:, None] & dmask[None, :], other=0.0).to(ACC)
-        s = tl.sum(kt * q[None, :], axis=1) * qk_scale
-        if HAS_BIAS:
-            b = tl.load(BIAS + uid * bias_se + h * bias_sh, mask=emask, other=0.0).to(ACC)
-            s = s + b * LOG2E
+        emask, _j, uid, tile, tmask = _edge_chunk(COL, EID, e0, end, h, H, D, offs_d, dmask, BLOCK_E)
+        _kt, s = _logits(K, tile, tmask, q, qk_scale, BIAS, uid, h, bias_se, bias_sh, emask,
+                         HAS_BIAS, ACC)
         tl.store(P + uid * H + h, tl.exp2(s - lse2), mask=emask)
 
 

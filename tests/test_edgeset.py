@@ -216,3 +216,18 @@ def test_operator_to_explicit_is_block_diagonal():
     dense[ex.edge_index[1], ex.edge_index[0]] = ex.weight[:, 0]
     assert torch.equal(dense[:2, :2], mats[0]) and torch.equal(dense[2:, 2:], mats[1])
     assert dense[:2, 2:].abs().sum() == 0
+
+
+def test_validation_is_remembered_per_batch_and_redone_when_anything_changes():
+    """``validate`` checks an edge set once per batch tensor (layers sharing one edge set do not
+    repeat it); another batch, or an in-place change of the edges, is checked again."""
+    ei = torch.tensor([[0, 1, 2], [1, 2, 0]])
+    es = EdgeSet(ei, num_heads=1)
+    batch = torch.tensor([0, 0, 0])
+    es.validate(3, batch)
+    es.validate(3, batch)  # remembered
+    with pytest.raises(ValueError, match="graph"):
+        es.validate(3, torch.tensor([0, 0, 1]))  # a new batch: edge 1 -> 2 joins two graphs
+    ei[1, 0] = 7  # in place: out of range now
+    with pytest.raises(ValueError):
+        es.validate(3, batch)

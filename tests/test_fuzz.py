@@ -760,16 +760,19 @@ def _entries() -> dict[str, Entry]:
     }
     for preset, (kwargs, extra_rates, reads_edge_attr) in presets.items():
         cls = MODELS[preset]
+        # a preset refuses the arguments it does not use (e.g. the Converter's heads)
+        ints = {k: v for k, v in model_ints.items() if k not in cls.UNUSED_ARGS}
+        rates = {k: v for k, v in {**model_rates, **extra_rates}.items() if k not in cls.UNUSED_ARGS}
 
-        def build(cls: Any = cls, kwargs: dict[str, Any] = kwargs, **kw: Any) -> Any:
-            args = {**model_ints, **model_rates, **kwargs, **kw}
+        def build(cls: Any = cls, kwargs: dict[str, Any] = kwargs, ints: dict[str, Any] = ints,
+                  rates: dict[str, Any] = rates, **kw: Any) -> Any:
+            args = {**ints, **rates, **kwargs, **kw}
             return cls(args.pop("hidden_channels"), args.pop("out_channels"), **args)
 
         entries.append(Entry(
             f"GraphTransformer[{preset}]", build, _model_call,
             [*GRAPH_INPUT, *EDGE_CLASSES, *(EDGE_ATTR_CLASSES if reads_edge_attr else ()),
-             *HP_CLASSES, *RATE_CLASSES], ints=dict(model_ints),
-            rates={**model_rates, **extra_rates}, rows="graphs",
+             *HP_CLASSES, *RATE_CLASSES], ints=dict(ints), rates=rates, rows="graphs",
         ))
     entries += [_producer_entry(name) for name in sorted(_OWN_PRODUCERS)]
     entries.append(_union_entry())

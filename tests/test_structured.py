@@ -30,12 +30,8 @@ from graphattn import (
     union_edge_sets,
 )
 from graphattn.edgeset import BaseEdgeSet, ExplicitOnlyError
-from graphattn.producers.converter_ops import (
-    UnitaryChainOperator,
-    dense_givens_chain,
-    givens,
-    identity_rotations,
-)
+from graphattn.operators import UnitaryChainOperator
+from graphattn.producers.converter_ops import dense_givens_chain, givens, identity_rotations
 from graphattn.structured import StructuredEdgeSet
 
 F64, C128 = torch.float64, torch.complex128
@@ -279,6 +275,15 @@ def public_methods(cls: type) -> list[str]:
                   if not n.startswith("_") and inspect.isfunction(inspect.getattr_static(cls, n)))
 
 
+def attend_probe(es: Any) -> Tensor:
+    """The layer's fast path on ``es`` (which calls ``es.attend``)."""
+    width = 4 if es.virtual_x is None else es.virtual_x.size(1)
+    layer = EdgeAttention(width, 3, heads=es.num_heads, mode=es.mode).double()
+    out = layer(torch.randn(N, width, generator=gen(10), dtype=F64), es, BATCH)
+    assert layer.last_kernel not in ("reference", "fused")
+    return out
+
+
 def probe_value() -> Tensor:
     return torch.randn(N, H, 3, generator=gen(9), dtype=F64)
 
@@ -291,6 +296,7 @@ CALLS: dict[str, Callable[[Any], Any]] = {
     "detach": lambda es: es.detach(),
     "cached": lambda es: es.cached(("probe",), lambda: 1),
     "matvec": lambda es: es.matvec(probe_value()),
+    "attend": lambda es: attend_probe(es),
     "rmatvec": lambda es: es.rmatvec(probe_value()),
     # the Converter operator's own conversions: dense rows, never the explicit edge set
     "boundary_mask": lambda es: es.boundary_mask(),

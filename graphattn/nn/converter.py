@@ -23,7 +23,8 @@ applied by :class:`ComplexValueAttention`, an :class:`~graphattn.EdgeAttention` 
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Hashable
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -32,11 +33,12 @@ from torch_geometric.utils import to_dense_batch
 
 from graphattn.attention import EdgeAttention
 from graphattn.edgeset import EdgeSet
-from graphattn.nn.model import POOLS, GraphTransformer, check_model_args
+from graphattn.nn.model import POOLS, GraphTransformer, check_model_args, check_unused_args
 from graphattn.nn.registry import register_model
 from graphattn.producers.base import check_positive_int, check_rate
 from graphattn.producers.converter import ConverterProducer, ScaleNorm
 from graphattn.producers.registry import build_producer
+from graphattn.signals import TrainingSignals
 
 __all__ = ["ComplexValueAttention", "ConverterBlock", "ConverterModel", "GatedFFN",
            "RecurrentPositionalEncoding", "ScaleNorm"]
@@ -223,10 +225,14 @@ class ConverterBlock(nn.Module):
 
     def forward(self, x: Tensor, edge_index: Tensor | None = None, batch: Tensor | None = None,
                 edge_attr: Tensor | None = None, *, data: Any = None,
-                generator: torch.Generator | None = None) -> Tensor:
+                generator: torch.Generator | None = None,
+                signals: TrainingSignals | None = None,
+                edge_cache: dict[Hashable, EdgeSet] | None = None) -> Tensor:
         """``x [N, D]`` (real) → ``[N, D]`` (real). ``edge_index`` / ``edge_attr`` are unused (the
-        operator spans each graph's complete digraph)."""
-        kn = self.attn(x, self.producer, batch, data=data, generator=generator)
+        operator spans each graph's complete digraph); ``signals`` receives the operator edge set
+        (its kernel-polynomial ``aux_loss``); ``edge_cache`` is passed to the producer."""
+        kn = self.attn(x, self.producer, batch, data=data, generator=generator, signals=signals,
+                       edge_cache=edge_cache)
         z = self.norm_z(kn + x)
         zeta = self.zeta.clamp(0.0, 1.0)
         return self.norm_out(self.gffn(z) + zeta * z.real + (1.0 - zeta) * z.imag)
@@ -247,8 +253,9 @@ class ConverterModel(GraphTransformer):
     (gated-FFN width :math:`= ratio \cdot D`; the paper: 4), the encoders, ``pe``, ``task``,
     ``pool``, ``head_layers``, ``act`` (head; the paper: ``leaky_relu``), ``input_dropout``,
     ``attn_kwargs`` and ``producer_kwargs``. ``heads``, ``norm``, ``norm_first``, ``residual``,
-    ``ffn`` and ``attn_dropout`` do not apply (the block is fixed by the paper; one operator serves
-    all channels). ``conv`` must be ``None``.
+    ``ffn``, ``attn_dropout`` and ``edge_encoder`` do not apply (the block is fixed by the paper;
+    one operator serves all channels): a value other than the default raises a
+    :class:`ValueError`. ``conv`` must be ``None``.
 
     Args:
         rpe (bool): the recurrent (GRU) positional encoding.
@@ -259,6 +266,15 @@ class ConverterModel(GraphTransformer):
     """
 
     builds_own_layers = True
+    UNUSED_ARGS: ClassVar[dict[str, str]] = {
+        "heads": "one operator serves all channels",
+        "norm": "the block's norms are the paper's ScaleNorms",
+        "norm_first": "the block's norms are the paper's ScaleNorms",
+        "residual": "the block's residuals are the paper's",
+        "ffn": "the block always has the paper's gated FFN",
+        "attn_dropout": "an operator has no attention coefficients to drop (see value_dropout)",
+        "edge_encoder": "the operator does not read edge features",
+    }
 
     def __init__(self, hidden_channels: int, out_channels: int, num_layers: int = 1,
                  producer: Any = "converter", conv: str | None = None, *, rpe: bool = True,
@@ -268,6 +284,7 @@ class ConverterModel(GraphTransformer):
                   "attn_dropout", "input_dropout")
         check_model_args(hidden_channels=hidden_channels, out_channels=out_channels,
                          num_layers=num_layers, **{k: kwargs[k] for k in shared if k in kwargs})
+        check_unused_args(type(self), kwargs)
         check_positive_int("rpe_layers", rpe_layers)
         if value_dropout is not None:
             check_rate("value_dropout", value_dropout)
@@ -281,7 +298,7 @@ class ConverterModel(GraphTransformer):
         if kwargs.get("node_encoder", "linear") is None:
             raise ValueError("the Converter preset needs a node encoder (its blocks have width "
                              "hidden_channels)")
-        for key in ("norm_first", "heads"):
+        for key in self.UNUSED_ARGS:
             kwargs.pop(key, None)
         if producer is None:  # the runner's "no producer": the preset's own
             producer = "converter"

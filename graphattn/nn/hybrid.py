@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Hashable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -24,6 +24,7 @@ from graphattn.producers.base import (
     check_rate,
 )
 from graphattn.producers.registry import build_producer
+from graphattn.signals import TrainingSignals
 
 _CHECKED = threading.local()
 
@@ -212,9 +213,14 @@ class HybridLayer(nn.Module):
         *,
         data: Any = None,
         generator: torch.Generator | None = None,
+        signals: TrainingSignals | None = None,
+        edge_cache: dict[Hashable, EdgeSet] | None = None,
     ) -> Tensor:
         """``x [N, in_channels]`` → ``[N, channels]``. ``edge_index`` / ``edge_attr`` feed the
-        local conv; ``data`` (and ``generator``) feed the producer.
+        local conv; ``data`` (and ``generator``) feed the producer; ``signals`` receives the edge
+        set the attention attended over (see :mod:`graphattn.signals`); ``edge_cache`` shares the
+        batch-only edge sets of one forward pass between layers
+        (:meth:`~graphattn.EdgeProducer.static_key`).
 
         The inputs are checked first (:class:`ValueError` naming the argument): ``x`` a float
         tensor of the layer's width and dtype, and, for the local conv, ``edge_index``, ``batch``,
@@ -234,7 +240,8 @@ class HybridLayer(nn.Module):
         if self.attn is not None:
             assert self.producer is not None
             h = apply_norm(self.norm2, self._nb2, x, batch) if self.norm_first else x
-            h = self._attend(h, batch, data, generator)
+            h = self.attn(h, self.producer, batch, data=data, generator=generator, signals=signals,
+                          edge_cache=edge_cache)
             if self.attn_out is not None:
                 h = self.attn_out(h)
             hs.append(self._branch_out(h, x, self.norm2, self._nb2, batch))
@@ -265,12 +272,6 @@ class HybridLayer(nn.Module):
             if edge_attr.size(0) != edge_index.size(1):
                 raise ValueError(f"'edge_attr' must have one row per edge ({edge_index.size(1)}), "
                                  f"got shape {list(edge_attr.shape)}")
-
-    def _attend(self, h: Tensor, batch: Tensor | None, data: Any,
-                generator: torch.Generator | None) -> Tensor:
-        assert self.attn is not None and self.producer is not None
-        out = self.attn(h, self.producer, batch, data=data, generator=generator)
-        return out
 
     def __repr__(self) -> str:
         prod = None if self.producer is None else (self.producer.name or type(self.producer).__name__)

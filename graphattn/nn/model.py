@@ -2,22 +2,24 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import inspect
+from collections.abc import Hashable, Mapping, Sequence
 from contextlib import ExitStack
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
 from torch_geometric.nn import Linear, global_add_pool, global_max_pool, global_mean_pool
 from torch_geometric.nn.resolver import activation_resolver
 
-from graphattn.edgeset import EdgeSet, check_graph_inputs
+from graphattn.edgeset import BaseEdgeSet, check_graph_inputs
 from graphattn.nn.blocks import DataView, EdgeEncoder, NodeEncoder, random_sign_flip
 from graphattn.nn.hybrid import HybridLayer, inputs_checked, producer_defaults
 from graphattn.nn.registry import register_model
 from graphattn.producers.base import check_channels, check_dtype, check_positive_int, check_rate
 from graphattn.producers.registry import build_producer
-from graphattn.tracing import AttentionTrace, trace
+from graphattn.signals import TrainingSignals
+from graphattn.tracing import trace
 
 POOLS = {"mean": global_mean_pool, "add": global_add_pool, "sum": global_add_pool,
          "max": global_max_pool, "cls": None}
@@ -42,6 +44,23 @@ def check_model_args(*, hidden_channels: Any, out_channels: Any, num_layers: Any
     for name, rate in (("dropout", dropout), ("attn_dropout", attn_dropout),
                        ("input_dropout", input_dropout)):
         check_rate(name, rate)
+
+
+def check_unused_args(preset: type, given: Mapping[str, Any]) -> None:
+    """A preset that builds its own blocks does not use some of :class:`GraphTransformer`'s
+    arguments (``preset.UNUSED_ARGS``: name -> why). Leaving one at its default (GraphTransformer's
+    or the preset's own) is fine; any other value raises a :class:`ValueError` instead of being
+    silently ignored."""
+    base = inspect.signature(GraphTransformer.__init__).parameters
+    own = inspect.signature(preset.__init__).parameters
+    for name, why in preset.UNUSED_ARGS.items():
+        if name not in given:
+            continue
+        defaults = {p.default for p in (base.get(name), own.get(name)) if p is not None
+                    and p.default is not inspect.Parameter.empty}
+        if given[name] not in defaults:
+            raise ValueError(f"the {preset.__name__} preset does not use {name!r} ({why}); got "
+                             f"{name}={given[name]!r}: leave it at its default")
 
 
 def _param_dtype_module(model: nn.Module) -> nn.Module:
@@ -120,6 +139,8 @@ class GraphTransformer(nn.Module):
 
     #: set by presets that build their own blocks (SAMSA, Converter): no HybridLayers are built
     builds_own_layers: bool = False
+    #: the arguments such a preset does not use, with the reason (see :func:`check_unused_args`)
+    UNUSED_ARGS: ClassVar[dict[str, str]] = {}
 
     def __init__(
         self,
@@ -272,19 +293,26 @@ class GraphTransformer(nn.Module):
         return self.edge_encoder(edge_attr)
 
     def forward(self, data: Any, *, generator: torch.Generator | None = None,
-                trace_attention: bool = False) -> Tensor | tuple[Tensor, AttentionTrace]:
+                trace_attention: bool = False, return_signals: bool = False) -> Any:
         """Predictions for ``data`` (a PyG ``Data``/``Batch``); with ``trace_attention=True`` also
-        the :class:`~graphattn.AttentionTrace` of every layer.
+        the :class:`~graphattn.AttentionTrace` of every layer; with ``return_signals=True`` also the
+        :class:`~graphattn.signals.TrainingSignals` of the pass (the producers' ``aux_loss`` and
+        policy-gradient terms, which a training loop adds to its objective). Both: ``(out, trace,
+        signals)``.
 
         ``data`` is checked first (:meth:`check_data`): a :class:`ValueError` naming the attribute
         for malformed ``x``, ``batch``, ``edge_index`` or ``edge_attr``. Node features of another
         floating-point dtype than the model's parameters are refused, not cast."""
         self.check_data(data)
+        signals = TrainingSignals()
         if trace_attention:
             with trace(self) as t:
-                out = self._forward(data, generator)
-            return out, t
-        return self._forward(data, generator)
+                out = self._forward(data, generator, signals)
+        else:
+            out = self._forward(data, generator, signals)
+        self._last_signals = signals
+        extra = ((t,) if trace_attention else ()) + ((signals,) if return_signals else ())
+        return (out, *extra) if extra else out
 
     def check_data(self, data: Any) -> None:
         """Checks the attributes of ``data`` the model reads, with one host read for all value
@@ -338,19 +366,22 @@ class GraphTransformer(nn.Module):
                 seen[id(p)] = (p, seen.get(id(p), (p, 0))[1] + 1)
         return [p for p, uses in seen.values() if uses > 1]
 
-    def _forward(self, data: Any, generator: torch.Generator | None) -> Tensor:
+    def _forward(self, data: Any, generator: torch.Generator | None,
+                 signals: TrainingSignals) -> Tensor:
         h, edge_attr = self.encode(data)
         batch = getattr(data, "batch", None)
         if batch is None:
             batch = torch.zeros(h.size(0), dtype=torch.long, device=h.device)
         view = DataView(data, edge_attr=edge_attr)
         edge_index = getattr(data, "edge_index", None)
+        edge_cache: dict[Hashable, BaseEdgeSet] = {}  # batch-only edge sets, shared by the layers
         with ExitStack() as scopes:
             for producer in self._shared_producers():
                 scopes.enter_context(producer.sharing_scope())
             scopes.enter_context(inputs_checked())  # forward() checked the data
             for layer in self.layers:
-                h = layer(h, edge_index, batch, edge_attr, data=view, generator=generator)
+                h = layer(h, edge_index, batch, edge_attr, data=view, generator=generator,
+                          signals=signals, edge_cache=edge_cache)
         if self.final_norm is not None:
             h = self.final_norm(h)
         if self.task == "graph":
@@ -368,19 +399,22 @@ class GraphTransformer(nn.Module):
         return POOLS[pool](h, batch, size=num_graphs)
 
     # --------------------------------------------------------- training signals
-    def edge_sets(self) -> list[EdgeSet]:
+    # ``forward(..., return_signals=True)`` returns these values with the predictions; the methods
+    # below read the same values of the last forward pass (kept by the model, not by its layers).
+    def _signals(self) -> TrainingSignals:
+        return self.__dict__.get("_last_signals") or TrainingSignals()
+
+    def edge_sets(self) -> list[BaseEdgeSet]:
         """The edge sets of the last forward pass, one per layer with a global branch."""
-        return [layer.last_edges for layer in self.layers if layer.last_edges is not None]
+        return list(self._signals().edge_sets)
 
     def aux_loss(self) -> Tensor | None:
         """Sum of the producers' differentiable auxiliary losses in the last forward pass."""
-        losses = [es.aux_loss for es in self.edge_sets() if es.aux_loss is not None]
-        return torch.stack([loss.reshape(()) for loss in losses]).sum() if losses else None
+        return self._signals().aux_loss
 
     def policy_terms(self) -> list[tuple[Tensor, Tensor]]:
         """``(log_prob [A], log_prob_graph [A])`` of every sampling producer in the last pass."""
-        return [(es.log_prob, es.log_prob_graph) for es in self.edge_sets()
-                if es.log_prob is not None and es.log_prob_graph is not None]
+        return self._signals().policy_terms
 
 
 def positional_encoding(kind: str, dim: int) -> Any:

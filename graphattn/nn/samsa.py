@@ -8,8 +8,7 @@ The hybrid alternative (an input-graph local conv next to a SAMSA global branch)
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from types import SimpleNamespace
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
@@ -19,15 +18,22 @@ from torch_geometric.utils import scatter, softmax
 
 from graphattn.attention import EdgeAttention
 from graphattn.edgeset import EdgeSet
-from graphattn.nn.blocks import DataView
-from graphattn.nn.model import POOLS, GraphTransformer, check_model_args, graph_count
+from graphattn.nn.model import (
+    POOLS,
+    GraphTransformer,
+    check_model_args,
+    check_unused_args,
+    graph_count,
+)
 from graphattn.nn.registry import register_model
 from graphattn.producers.base import check_positive_int, check_rate
 from graphattn.producers.registry import build_producer
 from graphattn.producers.samsa import SAMSA, RMSNorm
+from graphattn.signals import TrainingSignals
 
-#: the data attribute through which a block hands its un-normalised input to the score network
-SCORE_ATTR = "samsa_residual"
+#: the producer input (:attr:`~graphattn.ProducerContext.inputs`) through which a block hands its
+#: un-normalised input to the score network
+SCORE_INPUT = "residual"
 READOUTS = (*POOLS, "attention")
 
 
@@ -86,7 +92,7 @@ class SAMSABlock(nn.Module):
         self.norm1 = RMSNorm(channels)
         self.norm2 = RMSNorm(channels)
         self.producer = build_producer(producer, channels=channels, num_heads=heads,
-                                       score_from=SCORE_ATTR)
+                                       score_from=SCORE_INPUT)
         if not isinstance(self.producer, SAMSA):
             raise ValueError(f"SAMSABlock needs a SAMSA producer, got {type(self.producer).__name__}")
         self.attn = EdgeAttention(channels, channels // heads, heads=heads, dropout=attn_dropout,
@@ -116,12 +122,13 @@ class SAMSABlock(nn.Module):
             nn.init.kaiming_uniform_(lin.weight, nonlinearity="linear")
 
     def forward(self, x: Tensor, batch: Tensor, alpha: Tensor, *, num_graphs: int | None = None,
-                data: Any = None, generator: torch.Generator | None = None) -> Tensor:
-        """``x [N, d]`` → ``[N, d]``; ``alpha`` is the residual scalar."""
+                data: Any = None, generator: torch.Generator | None = None,
+                signals: TrainingSignals | None = None) -> Tensor:
+        """``x [N, d]`` → ``[N, d]``; ``alpha`` is the residual scalar; ``signals`` receives the
+        edge set (see :mod:`graphattn.signals`)."""
         B = int(batch.max()) + 1 if num_graphs is None and batch.numel() else (num_graphs or 1)
-        view = (SimpleNamespace(**{SCORE_ATTR: x}) if data is None
-                else DataView(data, **{SCORE_ATTR: x}))
-        h = self.attn(self.norm1(x), self.producer, batch, data=view, generator=generator)
+        h = self.attn(self.norm1(x), self.producer, batch, data=data, generator=generator,
+                      inputs={SCORE_INPUT: x}, signals=signals)
         x = x + alpha * drop_path(self.attn_out(h), batch, B, self.drop_path, self.training)
         if self.mlp is not None:
             h = self.mlp(self.norm2(x))
@@ -179,8 +186,9 @@ class SAMSATransformer(GraphTransformer):
         ffn_ratio (int): MLP width = ``ffn_ratio * hidden_channels`` (official: 4).
         dropout (float): dropout in the MLPs (official ``p_dropout_model``).
         act (str): MLP activation (official: ``"gelu"``).
-        edge_encoder: ignored (no branch reads edge features).
-        norm, norm_first, residual: ignored (always Pre-RMSNorm with the shared scalar).
+        edge_encoder, norm, norm_first, residual: not used (no branch reads edge features; the
+            block is always Pre-RMSNorm with the shared residual scalar): a value other than the
+            default raises a :class:`ValueError`.
         head_layers (int): layers of the prediction MLP after the read-out (>= 1).
         drop_path (float): stochastic depth per graph (official ``p_droppath``).
         readout (str, optional): graph read-out, overriding ``pool``: ``"attention"`` is the
@@ -190,42 +198,27 @@ class SAMSATransformer(GraphTransformer):
     """
 
     builds_own_layers = True
+    UNUSED_ARGS: ClassVar[dict[str, str]] = {
+        "edge_encoder": "no branch of the SAMSA block reads edge features",
+        "norm": "the block is always Pre-RMSNorm",
+        "norm_first": "the block is always Pre-RMSNorm",
+        "residual": "the block always adds its branches with the shared residual scalar",
+    }
 
-    def __init__(
-        self,
-        hidden_channels: int,
-        out_channels: int,
-        num_layers: int = 4,
-        producer: Any = "samsa",
-        conv: str | None = None,
-        heads: int = 8,
-        dropout: float = 0.0,
-        attn_dropout: float = 0.0,
-        norm: str | None = None,
-        norm_first: bool = True,
-        act: str = "gelu",
-        ffn_ratio: int = 4,
-        node_encoder: str | None = "linear",
-        num_embeddings: int | None = None,
-        edge_encoder: str | None = None,
-        pe: str | None = None,
-        pe_attr: str | None = None,
-        pe_dim: int = 16,
-        task: str = "graph",
-        pool: str = "mean",
-        head_layers: int = 1,
-        input_dropout: float = 0.0,
-        attn_kwargs: dict[str, Any] | None = None,
-        producer_kwargs: dict[str, Any] | None = None,
-        residual: bool = True,
-        ffn: bool = True,
-        drop_path: float = 0.0,
-        readout: str | None = None,
-    ) -> None:
+    def __init__(self, hidden_channels: int, out_channels: int, num_layers: int = 4,
+                 producer: Any = "samsa", conv: str | None = None, *, heads: int = 8,
+                 act: str = "gelu", ffn_ratio: int = 4, head_layers: int = 1,
+                 drop_path: float = 0.0, readout: str | None = None, **kwargs: Any) -> None:
+        check_unused_args(type(self), kwargs)
+        for name in self.UNUSED_ARGS:
+            kwargs.pop(name, None)
+        attn_dropout = kwargs.pop("attn_dropout", 0.0)
+        attn_kwargs = kwargs.pop("attn_kwargs", None)
+        producer_kwargs = kwargs.pop("producer_kwargs", None)
+        ffn = kwargs.pop("ffn", True)
         check_model_args(hidden_channels=hidden_channels, out_channels=out_channels,
                          num_layers=num_layers, heads=heads, ffn_ratio=ffn_ratio,
-                         head_layers=head_layers, pe_dim=pe_dim, num_embeddings=num_embeddings,
-                         dropout=dropout, attn_dropout=attn_dropout, input_dropout=input_dropout)
+                         head_layers=head_layers, attn_dropout=attn_dropout)
         if conv not in (None, "none"):
             raise ValueError(
                 f"the 'samsa' model has no local conv (got conv={conv!r}); pass --conv none, or use "
@@ -233,19 +226,19 @@ class SAMSATransformer(GraphTransformer):
             )
         if head_layers < 1:
             raise ValueError(f"the 'samsa' model needs head_layers >= 1, got {head_layers}")
-        readout = readout or pool
+        readout = readout or kwargs.pop("pool", "mean")
+        kwargs.pop("pool", None)
         if readout not in READOUTS:
             raise ValueError(f"'readout' must be one of {READOUTS}, got {readout!r}")
         specs = _samsa_specs(producer, num_layers, producer_kwargs)
-        # the encoders, positional encodings and head of GraphTransformer; the blocks are built
-        # below (builds_own_layers)
+        # the encoders, positional encodings and head of GraphTransformer (which checks the rest of
+        # its arguments); the blocks are built below (builds_own_layers)
         super().__init__(
-            hidden_channels, out_channels, num_layers=num_layers, producer=None, conv=None, heads=heads,
-            dropout=dropout, norm=None, act=act, ffn=False, node_encoder=node_encoder,
-            num_embeddings=num_embeddings, edge_encoder=None, pe=pe, pe_attr=pe_attr,
-            pe_dim=pe_dim, task=task, pool="mean" if readout == "attention" else readout,
-            head_layers=head_layers, input_dropout=input_dropout,
+            hidden_channels, out_channels, num_layers=num_layers, producer=None, conv=None,
+            heads=heads, norm=None, act=act, ffn=False, edge_encoder=None,
+            pool="mean" if readout == "attention" else readout, head_layers=head_layers, **kwargs,
         )
+        dropout = kwargs.get("dropout", 0.0)
         self.readout = readout
         self.layers = nn.ModuleList(
             SAMSABlock(hidden_channels, heads, spec, ffn_channels=ffn_ratio * hidden_channels if ffn
@@ -263,7 +256,8 @@ class SAMSATransformer(GraphTransformer):
             layer.init_projections()
         nn.init.zeros_(self.residual_scale)
 
-    def _forward(self, data: Any, generator: torch.Generator | None) -> Tensor:
+    def _forward(self, data: Any, generator: torch.Generator | None,
+                 signals: TrainingSignals) -> Tensor:
         h, _ = self.encode(data)
         batch = getattr(data, "batch", None)
         if batch is None:
@@ -271,7 +265,7 @@ class SAMSATransformer(GraphTransformer):
         B = graph_count(data, batch)
         alpha = self.residual_scale.to(h.dtype)
         for layer in self.layers:
-            h = layer(h, batch, alpha, num_graphs=B, data=data, generator=generator)
+            h = layer(h, batch, alpha, num_graphs=B, data=data, generator=generator, signals=signals)
         if self.task == "graph":
             h = self._read_out(h, batch, B)
         return self.head(h)

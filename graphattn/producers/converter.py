@@ -2,9 +2,10 @@ r"""Converter (Zhang et al., "Converting Transformers into DGNNs Form"): Synvolu
 
 The producer turns node features into an exact, learnable, data-dependent **unitary digraph shift**
 :math:`S = \Phi^H \operatorname{diag}(e^{i\varphi}) \Phi` over the complete digraph of every graph,
-emitted as a :class:`~graphattn.producers.converter_ops.UnitaryChainOperator` (an operator edge set:
+emitted as a :class:`~graphattn.operators.UnitaryChainOperator` (an operator edge set:
 :class:`~graphattn.EdgeAttention` applies it by four linear scans, :math:`O(N F)`, never forming
-:math:`S`). The mathematics lives in :mod:`graphattn.producers.converter_ops`.
+:math:`S`; the scans are in :mod:`graphattn.kernels.linear_scan`). The Givens and Kernelution
+mathematics lives in :mod:`graphattn.producers.converter_ops`.
 
 Node order matters: the Givens chain runs over the nodes in their stored order (token order for
 sequences, raster order for images; use a space-filling-curve order for point clouds), so the
@@ -20,6 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from graphattn.operators import UnitaryChainOperator
 from graphattn.producers._util import rand
 from graphattn.producers.base import (
     EdgeProducer,
@@ -29,7 +31,6 @@ from graphattn.producers.base import (
 )
 from graphattn.producers.converter_ops import (
     KERNELS,
-    UnitaryChainOperator,
     chebyshev_phase,
     gibbs_damping,
     givens,
@@ -152,7 +153,7 @@ class ConverterProducer(EdgeProducer):
     :math:`\eta\,\pi \sum_{k \ge 1} k^2 w_k^2` (kernel polynomial loss).
 
     :math:`S` is unitary and normal with eigenvalues exactly :math:`e^{i\varphi_n}`. The emitted
-    :class:`~graphattn.producers.converter_ops.UnitaryChainOperator` is applied by
+    :class:`~graphattn.operators.UnitaryChainOperator` is applied by
     :class:`~graphattn.EdgeAttention` in four linear scans (:math:`O(N F)` time and memory);
     its ``to_explicit()`` is the complete digraph with complex weights :math:`S_{ij}` (small graphs)
     and ``to_topk(k)`` an explicitly labelled approximation. The layer takes the real part of

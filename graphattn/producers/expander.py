@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Hashable
 
 import networkx as nx
 import torch
@@ -68,6 +69,11 @@ class ExpanderEdges(EdgeProducer):
         super().__init__()
         self.degree = check_positive_int("degree", degree)
         self.seed = check_int("seed", seed)
+
+    def static_key(self, ctx: ProducerContext) -> Hashable | None:
+        if ctx.generator is not None:  # a caller's generator: a fresh draw in every call
+            return None
+        return ("expander", self.degree, self.seed)
 
     def produce(self, ctx: ProducerContext) -> EdgeSet:
         _graph, _, start = graph_of_local(ctx)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Hashable
+
 import torch
 
 from graphattn.edgeset import EdgeSet
@@ -25,6 +27,9 @@ class FullAttention(EdgeProducer):
     logit and probability per pair (:data:`~graphattn.memory.DENSE_PAIR_BYTES`); above the memory
     budget the producer raises a :class:`~graphattn.MemoryBudgetError` before building anything.
     """
+
+    def static_key(self, ctx: ProducerContext) -> Hashable | None:
+        return ("full",)
 
     def produce(self, ctx: ProducerContext) -> EdgeSet:
         ptr = ctx.ptr

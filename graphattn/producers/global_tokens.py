@@ -3,7 +3,7 @@ by, the whole graph."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 
 import torch
 
@@ -47,6 +47,9 @@ class GlobalTokens(EdgeProducer):
             raise ValueError("at least one of 'attend_to_all' and 'attended_by_all' must be True")
         self.attend_to_all = bool(attend_to_all)
         self.attended_by_all = bool(attended_by_all)
+
+    def static_key(self, ctx: ProducerContext) -> Hashable | None:
+        return ("global", self.positions, self.attend_to_all, self.attended_by_all)
 
     def produce(self, ctx: ProducerContext) -> EdgeSet:
         # memory guard: [N, |G|] tables, at most two edges per entry

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Hashable
+
 import torch
 
 from graphattn.edgeset import EdgeSet
@@ -29,6 +31,9 @@ class InputEdges(EdgeProducer):
         self.self_loops = bool(self_loops)
         self.attr = attr
         self.edge_attr_name = edge_attr
+
+    def static_key(self, ctx: ProducerContext) -> Hashable | None:
+        return ("input", self.self_loops, self.attr, self.edge_attr_name)
 
     def produce(self, ctx: ProducerContext) -> EdgeSet:
         edge_index = ctx.attr(self.attr)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Hashable
+
 import torch
 from torch_geometric.utils import to_dense_batch
 
@@ -38,6 +40,11 @@ class KNNEdges(EdgeProducer):
         self.loop = bool(loop)
         self.attr = attr
         self.max_elements = check_positive_int("max_elements", max_elements)
+
+    def static_key(self, ctx: ProducerContext) -> Hashable | None:
+        if self.attr == "x":  # neighbours in the layer's input: different in every layer
+            return None
+        return ("knn", self.k, self.loop, self.attr, self.max_elements)
 
     def produce(self, ctx: ProducerContext) -> EdgeSet:
         pos = ctx.x if self.attr == "x" else ctx.attr(self.attr)

@@ -1,13 +1,15 @@
-r"""SAC's edge predictors (used by :class:`graphattn.producers.sac.SAC`; no attention arithmetic).
+r"""SAC's autoregressive edge predictor (used by :class:`graphattn.producers.sac.SAC` with
+``policy="lstm"``; no attention arithmetic).
 
-* :class:`LSTMEdgeDecoder` — the paper's autoregressive predictor (SAC §4.1): a single-layer LSTM that
-  alternates origin and destination predictions, batched in lock-step over the graphs of a batch,
-  with sampling, greedy, teacher-forced and beam-search decoding.
-* :class:`ParallelEdgePolicy` — a **deviation** for large graphs: every origin draws its destinations
-  independently (no recurrence), chunked over origins with recomputation in the backward pass.
-* Distance buckets for the destination logits (§4.2): hop distance in the input graph
-  (:class:`HopDistances`), signed sequence offsets (:func:`sequence_buckets`) and hop distance in the
-  graph of edges predicted so far (:func:`predicted_so_far_buckets`).
+* :class:`LSTMEdgeDecoder` — the paper's predictor (SAC §4.1): a single-layer LSTM that alternates
+  origin and destination predictions, batched in lock-step over the graphs of a batch, with sampling,
+  greedy, teacher-forced and beam-search decoding;
+* :class:`DecodePlan` — what one decoding pass needs (built by
+  :func:`graphattn.producers.sac_ops.run_lstm`); :class:`DecodeResult` — what it returns;
+  :class:`Rollout` — a result plus the per-step masks and buckets of the scoring pass;
+* :func:`row_entropy` and :data:`NEG_INF`, shared with :mod:`~graphattn.producers.sac_policy`.
+
+The distance buckets the plan hands in are :mod:`graphattn.producers.sac_distances`.
 
 Everything works on the padded per-graph layout ``[B, W, ·]`` (``W`` = largest graph), local node ids
 ``0 .. n_b - 1``; padding is never a candidate. Rows are ``[B, K]`` (``K`` = beam width, 1 otherwise).
@@ -20,171 +22,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
-from graphattn.producers.keyed_random import KeyedRandom, KeyedRows
+from graphattn.producers.keyed_random import KeyedRandom
 
 NEG_INF = float("-inf")
-
-
-# ------------------------------------------------------------------------------------ distances
-#: key word of the parallel policy's draws with replacement (:meth:`ParallelEdgePolicy._draw`)
-_WITH_REPLACEMENT = 0x3A7
-
-class HopDistances:
-    r"""Bucketed hop distances :math:`\delta(i, j)` in the (symmetrised) input graph.
-
-    Buckets: ``0 .. K`` hops, ``K + 1`` = farther than ``K`` hops but in the same connected component
-    ("far"), ``K + 2`` = in another component ("unreachable", the paper's :math:`-1`). Distances are
-    found by ``K`` sparse breadth-first steps from each origin (cost :math:`O(K\,|E|)` per origin),
-    components once per call with SciPy.
-
-    Args:
-        edge_index: ``[2, E]`` edges of the whole batch (global ids; direction ignored).
-        num_nodes: total number of nodes.
-        ptr: ``[B + 1]`` CSR pointer of the graphs (sorted batch).
-        max_distance: :math:`K`.
-    """
-
-    def __init__(self, edge_index: Tensor | None, num_nodes: int, ptr: Tensor, max_distance: int) -> None:
-        from scipy.sparse import coo_matrix
-        from scipy.sparse.csgraph import connected_components
-
-        self.K = max_distance
-        self.num_nodes = num_nodes
-        self.ptr = ptr
-        dev = ptr.device
-        self.graph = torch.repeat_interleave(torch.arange(ptr.numel() - 1, device=dev), ptr.diff())
-        if edge_index is None or edge_index.numel() == 0:
-            ei = torch.empty(2, 0, dtype=torch.long, device=dev)
-        else:
-            ei = edge_index[:, edge_index[0] != edge_index[1]]
-            ei = torch.cat([ei, ei.flip(0)], 1)
-        n = max(num_nodes, 1)
-        key = torch.unique(ei[0] * n + ei[1])
-        row, col = key // n, key % n
-        self.adj = torch.sparse_coo_tensor(
-            torch.stack([row, col]), torch.ones(key.numel(), device=dev), (num_nodes, num_nodes),
-            is_coalesced=True, check_invariants=False)
-        r, c = row.cpu().numpy(), col.cpu().numpy()
-        mat = coo_matrix((np.ones(r.size), (r, c)), shape=(num_nodes, num_nodes))
-        _, comp = connected_components(mat, directed=False)
-        self.comp = torch.as_tensor(comp, dtype=torch.long, device=dev)
-        self.row, self.col = row, col  # sorted by (row, col): CSR order
-        self._mat = mat.tocsr()
-        self._reach: list[Tensor] | None = None
-
-    @property
-    def num_buckets(self) -> int:
-        return self.K + 3
-
-    def rows(self, src: Tensor, width: int) -> Tensor:
-        """``[S, width]`` buckets from the global nodes ``src`` to the nodes of their own graph, in
-        local order (columns past the graph's size hold the "unreachable" bucket)."""
-        S, N, K = src.numel(), self.num_nodes, self.K
-        out = torch.full((S, width), K + 2, dtype=torch.uint8, device=src.device)
-        if S == 0 or N == 0:
-            return out
-        step = max(1, (1 << 23) // max(N, 1))
-        for s0 in range(0, S, step):
-            sc = src[s0:s0 + step]
-            C = sc.numel()
-            cols = torch.arange(C, device=src.device)
-            dist = torch.full((N, C), K + 1, dtype=torch.uint8, device=src.device)
-            dist[sc, cols] = 0
-            reached = torch.zeros(N, C, dtype=torch.bool, device=src.device)
-            reached[sc, cols] = True
-            front = reached.to(self.adj.dtype)
-            for h in range(1, K + 1):
-                nxt = (self.adj @ front > 0) & ~reached
-                dist[nxt] = h
-                reached |= nxt
-                front = nxt.to(self.adj.dtype)
-            g = self.graph[sc]
-            start, end = self.ptr[g], self.ptr[g + 1]
-            glob = start[:, None] + torch.arange(width, device=src.device)
-            inside = glob < end[:, None]
-            glob = glob.clamp(max=N - 1)
-            d = dist[glob, cols[:, None]]
-            d = torch.where(self.comp[glob] != self.comp[sc][:, None], K + 2, d)
-            out[s0:s0 + step] = torch.where(inside, d, K + 2)
-        return out
-
-    def neighbours(self) -> tuple[Tensor, Tensor]:
-        """``(ptr [N + 1], col [E'])``: the symmetrised input neighbours of every node (CSR)."""
-        counts = torch.bincount(self.row, minlength=self.num_nodes)
-        return torch.cat([counts.new_zeros(1), counts.cumsum(0)]), self.col
-
-    def pair_buckets(self, src: Tensor, dst: Tensor, max_pairs: int = 1 << 25) -> Tensor:
-        r"""Buckets of arbitrary node pairs (global ids, same shape). Uses the sorted pair keys of
-        :math:`A^{\le k}`, built once with sparse products; if they would exceed ``max_pairs`` the
-        larger distances are reported as "far"."""
-        K, N = self.K, max(self.num_nodes, 1)
-        if self._reach is None:
-            self._reach = []
-            within = self._mat.copy()
-            for k in range(1, K + 1):
-                if k > 1:
-                    within = (within + within @ self._mat).tocsr()
-                    within.data[:] = 1.0
-                if within.nnz > max_pairs:
-                    break
-                coo = within.tocoo()
-                keys = torch.as_tensor(coo.row, dtype=torch.long) * N + torch.as_tensor(coo.col)
-                self._reach.append(keys.sort().values.to(self.ptr.device))
-        key = src * N + dst
-        out = torch.where(self.comp[src] == self.comp[dst], K + 1, K + 2)
-        for k in range(len(self._reach), 0, -1):
-            keys = self._reach[k - 1]
-            if keys.numel() == 0:
-                continue
-            pos = torch.searchsorted(keys, key).clamp(max=keys.numel() - 1)
-            out = torch.where(keys[pos] == key, k, out)
-        return torch.where(src == dst, 0, out).to(torch.uint8)
-
-    def table(self, num_graphs: int, width: int) -> Tensor:
-        """``[B, width, width]`` buckets between every pair of nodes of each graph."""
-        out = torch.full((num_graphs, width, width), self.K + 2, dtype=torch.uint8, device=self.ptr.device)
-        if self.num_nodes:
-            src = torch.arange(self.num_nodes, device=self.ptr.device)
-            local = src - self.ptr[self.graph]
-            out[self.graph, local] = self.rows(src, width)
-        return out
-
-
-def sequence_buckets(origin: Tensor, width: int, K: int) -> Tensor:
-    r"""Signed offsets :math:`j - o` clipped to ``[-K, K]`` → buckets ``0 .. 2K``; ``2K + 1`` = farther
-    ("far"). ``origin`` ``[...]`` → ``[..., width]``."""
-    off = torch.arange(width, device=origin.device) - origin[..., None]
-    return torch.where(off.abs() <= K, off + K, 2 * K + 1)
-
-
-def predicted_so_far_buckets(origin: Tensor, hist_o: Tensor, hist_d: Tensor, width: int, K: int) -> Tensor:
-    r"""Hop distance from ``origin [B, R]`` in the undirected graph of the edges predicted so far
-    (``hist_o``/``hist_d`` ``[B, R, E]``, local ids, ``width`` = unused slot): buckets ``0 .. K``,
-    ``K + 1`` = not within ``K`` hops (farther or unreachable). Breadth-first over the edge list, cost
-    :math:`O(K E)` per call. → ``[B, R, width]``."""
-    B, R = origin.shape
-    front = torch.zeros(B, R, width + 1, dtype=torch.long, device=origin.device)
-    front.scatter_(-1, origin[..., None], 1)
-    reached = front.bool()
-    dist = torch.full((B, R, width + 1), K + 1, dtype=torch.long, device=origin.device)
-    dist.scatter_(-1, origin[..., None], 0)
-    if hist_o.size(-1) == 0:
-        return dist[..., :width]
-    for h in range(1, K + 1):
-        nxt = torch.zeros_like(front)
-        nxt.scatter_reduce_(-1, hist_d, front.gather(-1, hist_o), "amax")
-        nxt.scatter_reduce_(-1, hist_o, front.gather(-1, hist_d), "amax")
-        new = nxt.bool() & ~reached
-        dist = torch.where(new, h, dist)
-        reached |= new
-        front = new.long()
-    return dist[..., :width]
 
 
 # ------------------------------------------------------------------------------------ the plan
@@ -247,7 +91,9 @@ class Rollout(DecodeResult):
     buckets: list[Tensor] = field(default_factory=list)
 
 
-def _row_entropy(logp: Tensor) -> Tensor:
+def row_entropy(logp: Tensor) -> Tensor:
+    """Entropy of the distributions whose log-probabilities are the last dimension of ``logp``
+    (masked entries, :data:`NEG_INF`, contribute 0)."""
     p = logp.exp()
     return -(p * logp.masked_fill(p == 0, 0.0)).sum(-1)
 
@@ -572,13 +418,13 @@ class LSTMEdgeDecoder(nn.Module):
         logp = torch.log_softmax(logits.masked_fill(inv_d.transpose(0, 1), NEG_INF), -1)
         lp = logp.gather(-1, d[..., None])[..., 0]
         if want_entropy:
-            ent = ent + _row_entropy(logp)
+            ent = ent + row_entropy(logp)
         if inv_o is not None:
             logits = torch.bmm(q[:, :, 0], embT).masked_fill(inv_o.transpose(0, 1), NEG_INF)
             logp = torch.log_softmax(logits, -1)
             lp = lp + logp.gather(-1, o[..., None])[..., 0]
             if want_entropy:
-                ent = ent + _row_entropy(logp)
+                ent = ent + row_entropy(logp)
         return lp, ent
 
     @torch.no_grad()
@@ -697,131 +543,3 @@ class LSTMEdgeDecoder(nn.Module):
         return DecodeResult(origin=torch.stack(origin[::-1], 1), dest=torch.stack(dest[::-1], 1),
                             head=seg_all, log_prob=torch.stack(lp[::-1], 1), active=active_all)
 
-
-# ------------------------------------------------------------------------- parallel policy
-class ParallelEdgePolicy(nn.Module):
-    r"""**Deviation** (not in the paper): the per-origin policy for graphs too large for the
-    sequential predictor. Every origin :math:`i` draws :math:`a_i` destinations independently of the
-    other origins:
-
-    .. math::
-        p(j \mid i) = \operatorname{softmax}_{j \in \mathcal{C}(i)}
-            \frac{(W_q w_i + c_m)^{\top}\big(w_j + \textstyle\sum_s u^{(s)}_{\delta_s(i, j)}\big)}{\sqrt{D}},
-
-    with replacement (i.i.d. draws, ``no_repeat=False``) or without (sequential draws with the chosen
-    destinations removed, i.e. Gumbel-top-:math:`a_i`; the log-probability of the ordered draws is the
-    Plackett–Luce product). Greedy decoding takes the :math:`a_i` most likely destinations (the exact
-    most likely ordered draw without replacement). Origins are processed in chunks whose logits are
-    recomputed in the backward pass (activation checkpointing), so memory stays
-    :math:`O(\text{chunk}\cdot W)` instead of :math:`O(N^2)`.
-
-    Args:
-        embed_dim (int): :math:`D`.
-        bucket_sizes (list[int]): buckets of every distance table.
-        num_segments (int): per-head query offsets :math:`c_m` (head-adaptive; 0: off).
-    """
-
-    def __init__(self, embed_dim: int, bucket_sizes: list[int], num_segments: int = 0) -> None:
-        super().__init__()
-        self.embed_dim = embed_dim
-        self.query = nn.Linear(embed_dim, embed_dim, bias=False)
-        self.dist = nn.ParameterList([nn.Parameter(torch.empty(b, embed_dim)) for b in bucket_sizes])
-        self.head_q = nn.Parameter(torch.empty(num_segments, embed_dim)) if num_segments else None
-        self.reset_parameters()
-
-    def reset_parameters(self) -> None:
-        self.query.reset_parameters()
-        for u in self.dist:
-            nn.init.normal_(u, std=0.1)
-        if self.head_q is not None:
-            nn.init.normal_(self.head_q, std=0.1)
-
-    def _dist_logits(self, logits: Tensor, q: Tensor, buckets: list[Tensor]) -> Tensor:
-        for u, b in zip(self.dist, buckets, strict=False):
-            logits = logits + torch.gather(q @ u.t().to(q.dtype), -1, b.long())
-        return logits / math.sqrt(self.embed_dim)
-
-    def chunk(self, q: Tensor, emb: Tensor, *, masks: Callable[[], tuple[Tensor, list[Tensor], Tensor]],
-              num_draws: int, mode: str, no_repeat: bool, keys: Tensor | None, forced: Tensor | None
-              ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-        """Draws for one chunk of ``C`` origins with queries ``q [B, C, D]`` over all ``W`` nodes of
-        their graph. ``masks()`` gives the candidates ``valid [B, C, W]``, the distance buckets and
-        the draws per origin ``[B, C]`` (it is called again when the chunk is recomputed in the
-        backward pass). Returns ``[B, C, A]`` tensors (``A = num_draws``): destinations, their
-        log-probabilities (0 in unused slots), the used-slot mask, the entropy of the origin's
-        distribution, and the first distance bucket of each draw (0 without distance encoding).
-        ``keys [B, C]``: the origins' keys for sampling (:class:`~graphattn.producers.keyed_random.
-        KeyedRows`; the uniforms of origin ``(b, c)`` depend on its key only)."""
-        valid, buckets, per_origin = masks()
-        logits = self._dist_logits(torch.bmm(q, emb.transpose(1, 2)), q, buckets)
-        return self._draw(logits, valid, buckets, per_origin, num_draws, mode, no_repeat, keys, forced)
-
-    def sparse_chunk(self, q: Tensor, nodes: Tensor, cand: Tensor, buckets: list[Tensor], per_origin: Tensor,
-                     *, num_draws: int, mode: str, no_repeat: bool, keys: Tensor | None
-                     ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-        """As :meth:`chunk` for explicit candidate lists: origins with queries ``q [C, D]``, candidates
-        ``cand [C, M]`` (global ids into ``nodes [N, D]``, ``-1`` = none) and their buckets; the draws
-        are positions in the list; ``keys [1, C]``. Returns ``[1, C, A]`` tensors."""
-        valid = cand >= 0
-        kv = nodes.index_select(0, cand.clamp(min=0).view(-1)).view(*cand.shape, -1)  # [C, M, D]
-        logits = self._dist_logits(torch.einsum("cd,cmd->cm", q, kv), q, buckets)
-        return self._draw(logits[None], valid[None], [b[None] for b in buckets], per_origin[None],
-                          num_draws, mode, no_repeat, keys, None)
-
-    def _draw(self, logits: Tensor, valid: Tensor, buckets: list[Tensor], per_origin: Tensor, A: int,
-              mode: str, no_repeat: bool, keys: Tensor | None, forced: Tensor | None
-              ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-        B, C, W = logits.shape
-        dev = logits.device
-        empty = ~valid.any(-1, keepdim=True)
-        first = torch.zeros_like(valid)
-        first[..., 0] = True
-        valid = valid | (empty & first)
-        masked = logits.masked_fill(~valid, NEG_INF)
-        slot = torch.arange(A, device=dev) < per_origin[..., None]  # [B, C, A]
-        with torch.no_grad():
-            if forced is not None:
-                draws = forced
-            elif mode == "greedy":
-                draws = masked.topk(min(A, W), -1).indices
-            elif mode == "sample":
-                if keys is None:
-                    raise ValueError("sampling needs the origins' 'keys'")
-                rows = KeyedRows(keys[..., None])
-                if no_repeat:  # Gumbel top-A: A draws without replacement
-                    u = rows.uniform(torch.arange(W, device=dev), dtype=masked.dtype)
-                    gumbel = -torch.log(-torch.log(u.clamp(1e-20, 1.0 - 1e-7)))
-                    draws = (masked + gumbel).topk(min(A, W), -1).indices
-                else:  # A inverse-CDF draws with replacement
-                    c = torch.softmax(masked, -1).to(torch.float64).cumsum(-1)
-                    u = rows.uniform(_WITH_REPLACEMENT, torch.arange(A, device=dev)) * (1.0 - 1e-12)
-                    draws = torch.searchsorted(c, u * c[..., -1:], right=True).clamp_(max=W - 1)
-            else:
-                raise ValueError(f"unknown decoding mode {mode!r} for the parallel policy")
-            if draws.size(-1) < A:
-                draws = torch.cat([draws, draws.new_zeros(B, C, A - draws.size(-1))], -1)
-            draws = torch.where(slot, draws, 0)
-        if no_repeat:
-            lps = []
-            removed = torch.zeros_like(valid)
-            for k in range(A):
-                rem = valid & ~removed
-                # rows with nothing left only occur in unused slots: keep them finite (no NaN grads)
-                cur = torch.where(rem.any(-1, keepdim=True), masked.masked_fill(~rem, NEG_INF), logits)
-                lps.append(cur.gather(-1, draws[..., k:k + 1]).squeeze(-1) - torch.logsumexp(cur, -1))
-                removed = removed | (F.one_hot(draws[..., k], W).bool() & slot[..., k:k + 1])
-            lp = torch.stack(lps, -1)
-        else:
-            lp = torch.log_softmax(masked, -1).gather(-1, draws)
-        lp = torch.where(slot, lp, torch.zeros_like(lp))
-        ent = _row_entropy(torch.log_softmax(masked, -1))[..., None].expand(B, C, A)
-        ent = torch.where(slot, ent, torch.zeros_like(ent))
-        hop = buckets[0].gather(-1, draws).long() if buckets else torch.zeros_like(draws)
-        return draws, lp, slot, ent, hop
-
-    def run_chunk(self, *args: Any, grad: bool, sparse: bool = False, **kwargs: Any) -> tuple[Tensor, ...]:
-        """:meth:`chunk` (or :meth:`sparse_chunk`), checkpointed when gradients are needed."""
-        fn = self.sparse_chunk if sparse else self.chunk
-        if grad:
-            return checkpoint(fn, *args, use_reentrant=False, **kwargs)
-        return fn(*args, **kwargs)

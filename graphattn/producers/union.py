@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from typing import Any
 
 from torch import nn
@@ -37,6 +37,13 @@ class UnionProducer(EdgeProducer):
     @property
     def mode(self) -> str:  # type: ignore[override]
         return self.parts[0].mode
+
+    def static_key(self, ctx: ProducerContext) -> Hashable | None:
+        return self._parts_key(ctx)
+
+    def _parts_key(self, ctx: ProducerContext) -> Hashable | None:
+        keys = [p.static_key(ctx) for p in self.parts]
+        return None if any(k is None for k in keys) else ("union", self.coalesce, tuple(keys))
 
     def produce(self, ctx: ProducerContext) -> EdgeSet:
         sets = [p(ctx.x, ctx.batch, context=ctx) for p in self.parts]

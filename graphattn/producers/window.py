@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Hashable
+
 import torch
 
 from graphattn.edgeset import EdgeSet
@@ -33,6 +35,9 @@ class SlidingWindow(EdgeProducer):
         super().__init__()
         self.window = check_positive_int("window", window, allow_zero=True)
         self.causal = bool(causal)
+
+    def static_key(self, ctx: ProducerContext) -> Hashable | None:
+        return ("window", self.window, self.causal)
 
     def produce(self, ctx: ProducerContext) -> EdgeSet:
         graph, local, start = graph_of_local(ctx)

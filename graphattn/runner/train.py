@@ -24,7 +24,13 @@ from graphattn.data.store import atomic_torch_save
 from graphattn.nn import GraphTransformer, get_model
 from graphattn.policy import ReinforceBaseline, per_graph_log_likelihood
 from graphattn.runner.checkpoint import load_checkpoint
-from graphattn.runner.config import check_device, producer_spec, resolve_config
+from graphattn.runner.config import (
+    DEFAULTS,
+    TASK_DEFAULTS,
+    check_device,
+    producer_spec,
+    resolve_config,
+)
 from graphattn.runner.metrics import METRICS
 from graphattn.runner.tasks import Task, build_task
 
@@ -38,10 +44,12 @@ def build_model(cfg: dict[str, Any], task: Task) -> GraphTransformer:
     md = dict(task.model_defaults)
     pe = cfg["pe"] if cfg["pe"] is not None else md.pop("pe", None)
     md.pop("pe", None)
-    uses_edge_attr = md.get("edge_encoder") is not None
     conv = cfg["conv"]
     cls = get_model(cfg["model"])
-    return cls(
+    # a preset that reads no edge features is not handed the task's edge encoder
+    uses_edge_attr = (md.get("edge_encoder") is not None
+                      and "edge_encoder" not in getattr(cls, "UNUSED_ARGS", {}))
+    kwargs = dict(
         hidden_channels=cfg["hidden"],
         out_channels=task.out_channels,
         num_layers=cfg["layers"],
@@ -65,8 +73,14 @@ def build_model(cfg: dict[str, Any], task: Task) -> GraphTransformer:
         num_embeddings=md.get("num_embeddings"),
         edge_encoder=md.get("edge_encoder") if uses_edge_attr else None,
         pool=md.get("pool", "mean"),
-        **dict(cfg.get("model_kwargs") or {}),
     )
+    # a preset that does not use an argument (e.g. the Converter's heads) refuses a value chosen for
+    # it; the runner's and the task's defaults are not choices: they are not passed
+    task_defaults = TASK_DEFAULTS.get(cfg["task"], {})
+    for name in getattr(cls, "UNUSED_ARGS", {}):
+        if name in DEFAULTS and cfg[name] in (DEFAULTS[name], task_defaults.get(name, DEFAULTS[name])):
+            kwargs.pop(name, None)
+    return cls(**kwargs, **dict(cfg.get("model_kwargs") or {}))
 
 
 def _node_encoder(cfg: dict[str, Any], md: dict[str, Any]) -> str | None:
@@ -260,7 +274,7 @@ class Trainer:
         """``(objective, task loss, predictions)``: the optimised objective adds the auxiliary and
         policy-gradient terms to the task loss (which is logged on its own)."""
         model, task, cfg = self.model, self.task, self.cfg
-        out = model(batch)
+        out, signals = model(batch, return_signals=True)
         if out.size(0) != batch.y.size(0):
             raise ValueError(f"the model returned {out.size(0)} predictions for {batch.y.size(0)} "
                              f"targets")
@@ -268,10 +282,10 @@ class Trainer:
         loss = task_loss(task, out[mask] if mask is not None else out,
                          y[mask] if mask is not None else y)
         task_value = loss.detach()
-        aux = model.aux_loss()
+        aux = signals.aux_loss
         if aux is not None and cfg["aux_weight"]:
             loss = loss + cfg["aux_weight"] * aux
-        terms = model.policy_terms()
+        terms = signals.policy_terms
         if terms and cfg["pg_weight"]:
             if task.level == "node":
                 graph = torch.zeros(out.size(0), dtype=torch.long, device=out.device)

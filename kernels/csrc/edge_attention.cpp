@@ -38,22 +38,25 @@
 #include <limits>
 #include <optional>
 #include <tuple>
-#include <type_traits>
-#if defined(__AVX2__) && defined(__FMA__)
-#include <immintrin.h>
-#endif
 #include <vector>
 
 namespace graphattn_fused {
 namespace {
 
 using at::Tensor;
-using OptTensor = std::optional<Tensor>;
+using graphattn_csrc::data_or_null;
+using graphattn_csrc::dot;
+using graphattn_csrc::EdgeField;
+using graphattn_csrc::for_each_entry;
+using graphattn_csrc::gathered;
 using graphattn_csrc::grow;
+using graphattn_csrc::head_dots;
+using graphattn_csrc::kPrefetch;
+using graphattn_csrc::OptTensor;
 using graphattn_csrc::parallel_rows;
 using graphattn_csrc::prefetch_row;
-
-constexpr int64_t kPrefetch = 8;  // edges ahead (across row boundaries within a thread's range)
+using graphattn_csrc::present;
+using graphattn_csrc::zeros_if;
 
 // exp for float: Cephes-style range reduction + degree-5 polynomial, branch-free so that loops over
 // it vectorise (relative error ~2e-7, exp(x) = 0 below -87.3). Doubles use std::exp.
@@ -79,66 +82,11 @@ inline float fast_exp(float x) {
 inline double fast_exp(double x) { return std::exp(x); }
 
 template <int DT, typename T>
-inline T dot(const T* a, const T* b, int64_t Drt) {
-  const int64_t D = DT > 0 ? DT : Drt;
-  T s = 0;
-#pragma omp simd reduction(+ : s)
-  for (int64_t d = 0; d < D; ++d) s += a[d] * b[d];
-  return s;
-}
-
-template <int DT, typename T>
 inline void axpy(T* acc, T c, const T* x, int64_t Drt) {
   const int64_t D = DT > 0 ? DT : Drt;
 #pragma omp simd
   for (int64_t d = 0; d < D; ++d) acc[d] += c * x[d];
 }
-
-// Dot products of every head of two [H, D] rows: out[h * stride] = a_h . b_h. With AVX2 and
-// float rows of D = 8, 16, 32, ... four heads are reduced together (three horizontal adds).
-template <int DT, typename T>
-inline void head_dots(const T* a, const T* b, T* out, int64_t stride, int64_t H, int64_t Drt) {
-  const int64_t D = DT > 0 ? DT : Drt;
-  int64_t h = 0;
-#if defined(__AVX2__) && defined(__FMA__)
-  if constexpr (std::is_same_v<T, float> && DT > 0 && DT % 8 == 0) {
-    for (; h + 4 <= H; h += 4) {
-      __m256 p[4];
-      for (int u = 0; u < 4; ++u) {
-        const float* x = a + (h + u) * DT;
-        const float* y = b + (h + u) * DT;
-        __m256 acc = _mm256_mul_ps(_mm256_loadu_ps(x), _mm256_loadu_ps(y));
-        for (int d = 8; d < DT; d += 8)
-          acc = _mm256_fmadd_ps(_mm256_loadu_ps(x + d), _mm256_loadu_ps(y + d), acc);
-        p[u] = acc;
-      }
-      const __m256 s = _mm256_hadd_ps(_mm256_hadd_ps(p[0], p[1]), _mm256_hadd_ps(p[2], p[3]));
-      const __m128 r = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
-      alignas(16) float tmp[4];
-      _mm_store_ps(tmp, r);
-      for (int u = 0; u < 4; ++u) out[(h + u) * stride] = tmp[u];
-    }
-  }
-#endif
-  for (; h < H; ++h) out[h * stride] = dot<DT>(a + h * D, b + h * D, D);
-}
-
-// A per-edge [E] or [E, H] tensor read (and its gradient written) at (edge id, head).
-template <typename T>
-struct EdgeField {
-  T* data = nullptr;
-  int64_t se = 0, sh = 0;  // strides over edges and heads ([E]: sh = 0, shared by the heads)
-  EdgeField() = default;
-  EdgeField(const OptTensor& t, int64_t H) {
-    if (t.has_value() && t->defined()) {
-      data = t->data_ptr<T>();
-      if (t->dim() == 1) { se = 1; sh = 0; } else { se = H; sh = 1; }
-    }
-  }
-  bool on() const { return data != nullptr; }
-  T at(int64_t e, int64_t h) const { return data[e * se + h * sh]; }
-  T& ref(int64_t e, int64_t h) const { return data[e * se + h * sh]; }
-};
 
 // Scratch buffers are head-major ([H][deg]) so that the exponentials, maxima and sums over a row's
 // edges run as contiguous (vectorised) loops.
@@ -166,14 +114,10 @@ void forward_impl(const T* q, const T* k, const T* v, const int32_t* rowptr, con
       T* c = grow(scratch, H * deg);  // c[h * deg + t]: coefficient of edge e0 + t in head h
       if (softmax) {
         // SDDMM: scores of every (edge, head) of the row; prefetch the keys and values ahead
-        for (int64_t e = e0; e < e1; ++e) {
-          if (e + kPrefetch < e_end) {
-            const int64_t jn = static_cast<int64_t>(col[e + kPrefetch]) * HD;
-            prefetch_row(k + jn, HD);
-            prefetch_row(v + jn, HD);
-          }
-          head_dots<DT>(qi, k + static_cast<int64_t>(col[e]) * HD, c + (e - e0), deg, H, D);
-        }
+        const auto score = [&](int64_t t, int64_t j) {
+          head_dots<DT>(qi, k + j * HD, c + t, deg, H, D);
+        };
+        for_each_entry(col, e0, deg, e_end, score, gathered(k, HD), gathered(v, HD));
         // softmax numerators exp(s - m) and their sums
         for (int64_t h = 0; h < H; ++h) {
           T* ch = c + h * deg;
@@ -241,16 +185,12 @@ void backward_dst_impl(const T* q, const T* k, const T* v, const T* out, const T
       }
       T* s = grow(sbuf, H * deg);  // scores, then p
       T* g = grow(gbuf, H * deg);  // g = dO . v, then ds
-      for (int64_t e = e0; e < e1; ++e) {
-        if (e + kPrefetch < e_end) {
-          const int64_t jn = static_cast<int64_t>(col[e + kPrefetch]) * HD;
-          if (softmax) prefetch_row(k + jn, HD);
-          prefetch_row(v + jn, HD);
-        }
-        const int64_t j = col[e], t = e - e0;
+      const auto dots = [&](int64_t t, int64_t j) {
         head_dots<DT>(doi, v + j * HD, g + t, deg, H, D);
         if (softmax) head_dots<DT>(qi, k + j * HD, s + t, deg, H, D);
-      }
+      };
+      // the keys only for softmax (a row of width 0 is not prefetched)
+      for_each_entry(col, e0, deg, e_end, dots, gathered(k, softmax ? HD : 0), gathered(v, HD));
       if (!softmax) {  // weighted mode: dweight = g
         if (dweight.on())
           for (int64_t h = 0; h < H; ++h)
@@ -323,22 +263,18 @@ void backward_src_impl(const T* q, const T* k, const T* v, const T* dout, const 
         T* p = grow(pbuf, H * n);   // p (softmax) then p * w: coefficient of dO_i in dv_j
         T* ds = grow(cbuf, H * n);  // g = dO_i . v_j, then ds * scale: coefficient of q_i in dk_j
         if (softmax) {
-          for (int64_t c = c0; c < c1; ++c) {
-            if (c + kPrefetch < c_end) {
-              const int64_t in = crow[c + kPrefetch];
-              prefetch_row(q + in * HD, HD);
-              prefetch_row(dout + in * HD, HD);
-              prefetch_row(st + 2 * in * H, 2 * H);
-            }
-            const int64_t i = crow[c], t = c - c0;
+          const auto logits = [&](int64_t t, int64_t i) {
             head_dots<DT>(q + i * HD, kj, tmp.data(), 1, H, D);
             if (dk != nullptr) head_dots<DT>(dout + i * HD, vj, ds + t, n, H, D);
             for (int64_t h = 0; h < H; ++h) {
               T sc = tmp[h] * scale;
-              if (bias.on()) sc += bias.at(cuid[c], h);
+              if (bias.on()) sc += bias.at(cuid[c0 + t], h);
               p[h * n + t] = sc - st[2 * (i * H + h)];
             }
-          }
+          };
+          // the rows of each target i: q, dO and (lse, Dterm)
+          for_each_entry(crow, c0, n, c_end, logits, gathered(q, HD), gathered(dout, HD),
+                         gathered(st, 2 * H));
 #pragma omp simd
           for (int64_t x = 0; x < H * n; ++x) p[x] = fast_exp(p[x]);
           for (int64_t h = 0; h < H; ++h)
@@ -395,6 +331,8 @@ void probs_impl(const T* q, const T* k, const T* lse, const int32_t* rowptr, con
 }
 
 // ------------------------------------------------------------------------------------ checks
+constexpr const char* kKernel = "graphattn fused";
+
 void check_graph(const Tensor& rowptr, const Tensor& col, const Tensor& eid) {
   TORCH_CHECK(rowptr.scalar_type() == at::kInt && col.scalar_type() == at::kInt &&
                   eid.scalar_type() == at::kInt,
@@ -404,29 +342,26 @@ void check_graph(const Tensor& rowptr, const Tensor& col, const Tensor& eid) {
   TORCH_CHECK(col.numel() == eid.numel(), "graphattn fused: col and eid differ in length");
 }
 
+// Node tensors have q's (here: ref's) dtype, H and D.
 void check_nodes(const Tensor& t, const Tensor& ref, const char* name) {
-  TORCH_CHECK(t.dim() == 3 && t.is_contiguous() && t.scalar_type() == ref.scalar_type() &&
-                  t.size(1) == ref.size(1) && t.size(2) == ref.size(2),
-              "graphattn fused: '", name, "' must be a contiguous [rows, H, D] tensor like q");
+  graphattn_csrc::check_nodes(kKernel, t, ref, ref.scalar_type(), name,
+                              "[rows, H, D] tensor like q");
 }
 
-void check_edge(const OptTensor& t, int64_t E, int64_t H, const Tensor& ref, const char* name) {
-  if (!t.has_value() || !t->defined()) return;
-  TORCH_CHECK(t->is_contiguous() && t->scalar_type() == ref.scalar_type() && t->size(0) == E &&
-                  (t->dim() == 1 || (t->dim() == 2 && t->size(1) == H)),
-              "graphattn fused: '", name, "' must be a contiguous [E] or [E, H] tensor like q");
+// bias and weight: [E] or [E, H] of ref's dtype.
+void check_fields(const OptTensor& bias, const OptTensor& weight, int64_t E, int64_t H,
+                  const Tensor& ref) {
+  const char* expected = "[E] or [E, H] tensor like q";
+  graphattn_csrc::check_edge(kKernel, bias, E, H, ref.scalar_type(), "bias", expected);
+  graphattn_csrc::check_edge(kKernel, weight, E, H, ref.scalar_type(), "weight", expected);
 }
-
-#define GA_DISPATCH_D(D, ...)                                  \
-  switch (D) {                                                 \
-    case 8: { constexpr int DT = 8; __VA_ARGS__(); break; }    \
-    case 16: { constexpr int DT = 16; __VA_ARGS__(); break; }  \
-    case 32: { constexpr int DT = 32; __VA_ARGS__(); break; }  \
-    case 64: { constexpr int DT = 64; __VA_ARGS__(); break; }  \
-    default: { constexpr int DT = 0; __VA_ARGS__(); break; }   \
-  }
 
 // ---------------------------------------------------------------------------------- operators
+// Runs the lambda __VA_ARGS__ with `scalar_t` the floating dtype TYPE and `constexpr int DT` the
+// head dimension D (GA_DISPATCH_D).
+#define GA_DISPATCH_FLOATING_D(TYPE, NAME, D, ...) \
+  AT_DISPATCH_FLOATING_TYPES(TYPE, NAME, [&] { GA_DISPATCH_D(D, __VA_ARGS__); })
+
 std::tuple<Tensor, Tensor> forward(const Tensor& q, const Tensor& k, const Tensor& v,
                                    const Tensor& rowptr, const Tensor& col, const Tensor& eid,
                                    const OptTensor& bias, const OptTensor& weight, double scale,
@@ -440,19 +375,16 @@ std::tuple<Tensor, Tensor> forward(const Tensor& q, const Tensor& k, const Tenso
     TORCH_CHECK(q.size(0) == R, "graphattn fused: q must have one row per target row");
     TORCH_CHECK(k.size(0) == v.size(0), "graphattn fused: k and v differ in rows");
   }
-  check_edge(bias, E, H, v, "bias");
-  check_edge(weight, E, H, v, "weight");
+  check_fields(bias, weight, E, H, v);
   Tensor out = at::empty({R, H, D}, v.options());
   Tensor lse = at::empty({R, H}, v.options());
-  AT_DISPATCH_FLOATING_TYPES(v.scalar_type(), "graphattn_fused_forward", [&] {
-    GA_DISPATCH_D(D, [&] {
-      forward_impl<scalar_t, DT>(q.data_ptr<scalar_t>(), k.data_ptr<scalar_t>(),
-                                 v.data_ptr<scalar_t>(), rowptr.data_ptr<int32_t>(),
-                                 col.data_ptr<int32_t>(), eid.data_ptr<int32_t>(),
-                                 EdgeField<scalar_t>(bias, H), EdgeField<scalar_t>(weight, H),
-                                 out.data_ptr<scalar_t>(), lse.data_ptr<scalar_t>(), R, H, D,
-                                 static_cast<scalar_t>(scale), softmax);
-    });
+  GA_DISPATCH_FLOATING_D(v.scalar_type(), "graphattn_fused_forward", D, [&] {
+    forward_impl<scalar_t, DT>(q.data_ptr<scalar_t>(), k.data_ptr<scalar_t>(),
+                               v.data_ptr<scalar_t>(), rowptr.data_ptr<int32_t>(),
+                               col.data_ptr<int32_t>(), eid.data_ptr<int32_t>(),
+                               EdgeField<scalar_t>(bias, H), EdgeField<scalar_t>(weight, H),
+                               out.data_ptr<scalar_t>(), lse.data_ptr<scalar_t>(), R, H, D,
+                               static_cast<scalar_t>(scale), softmax);
   });
   return {out, lse};
 }
@@ -473,23 +405,20 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> backward_dst(
     check_nodes(k, v, "k");
     TORCH_CHECK(q.size(0) == R && lse.numel() == R * H, "graphattn fused: q / lse must have R rows");
   }
-  check_edge(bias, E, H, v, "bias");
-  check_edge(weight, E, H, v, "weight");
+  check_fields(bias, weight, E, H, v);
   Tensor dq = need_dq && softmax ? at::empty_like(q) : Tensor();
-  Tensor dbias = need_dbias && bias.has_value() ? at::zeros_like(*bias) : Tensor();
-  Tensor dweight = need_dweight && weight.has_value() ? at::zeros_like(*weight) : Tensor();
+  Tensor dbias = zeros_if(need_dbias, bias);
+  Tensor dweight = zeros_if(need_dweight, weight);
   Tensor dterm = at::empty({R, H}, v.options());
-  AT_DISPATCH_FLOATING_TYPES(v.scalar_type(), "graphattn_fused_backward_dst", [&] {
-    GA_DISPATCH_D(D, [&] {
-      backward_dst_impl<scalar_t, DT>(
-          q.data_ptr<scalar_t>(), k.data_ptr<scalar_t>(), v.data_ptr<scalar_t>(),
-          out.data_ptr<scalar_t>(), dout.data_ptr<scalar_t>(), lse.data_ptr<scalar_t>(),
-          rowptr.data_ptr<int32_t>(), col.data_ptr<int32_t>(), eid.data_ptr<int32_t>(),
-          EdgeField<scalar_t>(bias, H), EdgeField<scalar_t>(weight, H),
-          dq.defined() ? dq.data_ptr<scalar_t>() : nullptr, EdgeField<scalar_t>(dbias, H),
-          EdgeField<scalar_t>(dweight, H), dterm.data_ptr<scalar_t>(), R, H, D,
-          static_cast<scalar_t>(scale), softmax);
-    });
+  GA_DISPATCH_FLOATING_D(v.scalar_type(), "graphattn_fused_backward_dst", D, [&] {
+    backward_dst_impl<scalar_t, DT>(
+        q.data_ptr<scalar_t>(), k.data_ptr<scalar_t>(), v.data_ptr<scalar_t>(),
+        out.data_ptr<scalar_t>(), dout.data_ptr<scalar_t>(), lse.data_ptr<scalar_t>(),
+        rowptr.data_ptr<int32_t>(), col.data_ptr<int32_t>(), eid.data_ptr<int32_t>(),
+        EdgeField<scalar_t>(bias, H), EdgeField<scalar_t>(weight, H),
+        data_or_null<scalar_t>(dq), EdgeField<scalar_t>(dbias, H),
+        EdgeField<scalar_t>(dweight, H), dterm.data_ptr<scalar_t>(), R, H, D,
+        static_cast<scalar_t>(scale), softmax);
   });
   return {dq, dbias, dweight, dterm};
 }
@@ -512,22 +441,18 @@ std::tuple<Tensor, Tensor> backward_src(const Tensor& q, const Tensor& k, const 
                     lse.numel() == dout.size(0) * H && dterm.numel() == dout.size(0) * H,
                 "graphattn fused: bad q / k / lse / dterm rows");
   }
-  check_edge(bias, E, H, v, "bias");
-  check_edge(weight, E, H, v, "weight");
+  check_fields(bias, weight, E, H, v);
   Tensor dk = need_dk && softmax ? at::empty_like(k) : Tensor();
   Tensor dv = need_dv ? at::empty_like(v) : Tensor();
   if (!dk.defined() && !dv.defined()) return {dk, dv};
-  AT_DISPATCH_FLOATING_TYPES(v.scalar_type(), "graphattn_fused_backward_src", [&] {
-    GA_DISPATCH_D(D, [&] {
-      backward_src_impl<scalar_t, DT>(
-          q.data_ptr<scalar_t>(), k.data_ptr<scalar_t>(), v.data_ptr<scalar_t>(),
-          dout.data_ptr<scalar_t>(), lse.data_ptr<scalar_t>(), dterm.data_ptr<scalar_t>(),
-          colptr.data_ptr<int32_t>(), crow.data_ptr<int32_t>(), cuid.data_ptr<int32_t>(),
-          EdgeField<scalar_t>(bias, H), EdgeField<scalar_t>(weight, H),
-          dk.defined() ? dk.data_ptr<scalar_t>() : nullptr,
-          dv.defined() ? dv.data_ptr<scalar_t>() : nullptr, dout.size(0), S, H, D,
-          static_cast<scalar_t>(scale), softmax);
-    });
+  GA_DISPATCH_FLOATING_D(v.scalar_type(), "graphattn_fused_backward_src", D, [&] {
+    backward_src_impl<scalar_t, DT>(
+        q.data_ptr<scalar_t>(), k.data_ptr<scalar_t>(), v.data_ptr<scalar_t>(),
+        dout.data_ptr<scalar_t>(), lse.data_ptr<scalar_t>(), dterm.data_ptr<scalar_t>(),
+        colptr.data_ptr<int32_t>(), crow.data_ptr<int32_t>(), cuid.data_ptr<int32_t>(),
+        EdgeField<scalar_t>(bias, H), EdgeField<scalar_t>(weight, H),
+        data_or_null<scalar_t>(dk), data_or_null<scalar_t>(dv), dout.size(0), S, H, D,
+        static_cast<scalar_t>(scale), softmax);
   });
   return {dk, dv};
 }
@@ -538,16 +463,14 @@ Tensor probs(const Tensor& q, const Tensor& k, const Tensor& lse, const Tensor& 
   check_nodes(q, q, "q");
   check_nodes(k, q, "k");
   const int64_t R = rowptr.numel() - 1, H = q.size(1), D = q.size(2), E = col.numel();
-  check_edge(bias, E, H, q, "bias");
+  check_fields(bias, std::nullopt, E, H, q);
   Tensor p = at::empty({E, H}, q.options());
-  AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "graphattn_fused_probs", [&] {
-    GA_DISPATCH_D(D, [&] {
-      probs_impl<scalar_t, DT>(q.data_ptr<scalar_t>(), k.data_ptr<scalar_t>(),
-                               lse.data_ptr<scalar_t>(), rowptr.data_ptr<int32_t>(),
-                               col.data_ptr<int32_t>(), eid.data_ptr<int32_t>(),
-                               EdgeField<scalar_t>(bias, H), p.data_ptr<scalar_t>(), R, H, D,
-                               static_cast<scalar_t>(scale));
-    });
+  GA_DISPATCH_FLOATING_D(q.scalar_type(), "graphattn_fused_probs", D, [&] {
+    probs_impl<scalar_t, DT>(q.data_ptr<scalar_t>(), k.data_ptr<scalar_t>(),
+                             lse.data_ptr<scalar_t>(), rowptr.data_ptr<int32_t>(),
+                             col.data_ptr<int32_t>(), eid.data_ptr<int32_t>(),
+                             EdgeField<scalar_t>(bias, H), p.data_ptr<scalar_t>(), R, H, D,
+                             static_cast<scalar_t>(scale));
   });
   return p;
 }
@@ -561,7 +484,7 @@ std::tuple<Tensor, Tensor, Tensor> build_csr(const Tensor& src, const Tensor& ds
   TORCH_CHECK(src.scalar_type() == at::kLong && dst.scalar_type() == at::kLong &&
                   src.is_contiguous() && dst.is_contiguous() && src.numel() == dst.numel(),
               "graphattn fused: src and dst must be contiguous int64 tensors of equal length");
-  const bool per_head = head.has_value() && head->defined();
+  const bool per_head = present(head);
   const int64_t E = src.numel();
   const int64_t Hm = per_head ? num_heads : 1;
   const int64_t R = num_targets * Hm, S = num_sources * Hm;

@@ -50,16 +50,20 @@ namespace graphattn_blocked {
 namespace {
 
 using at::Tensor;
-using OptTensor = std::optional<Tensor>;
+using graphattn_csrc::data_or_null;
+using graphattn_csrc::for_each_entry;
+using graphattn_csrc::gathered;
 using graphattn_csrc::grow;
+using graphattn_csrc::OptTensor;
 using graphattn_csrc::parallel_rows;
-using graphattn_csrc::prefetch_row;
+using graphattn_csrc::present;
+using graphattn_csrc::zeros_if;
 
 bool supported() { return GA_BLOCKED_AVX2 == 1; }
 
 #if GA_BLOCKED_AVX2
 
-constexpr int64_t kPrefetch = 8;  // edges ahead, within a thread's share of a block
+using graphattn_csrc::head_dots;
 
 // exp of 4 floats: range reduction to [-ln2/2, ln2/2] and a degree-5 polynomial (relative error
 // ~2e-7); exp(x) = 0 below -87.3 (so exp(-inf) = 0).
@@ -81,25 +85,6 @@ inline __m128 exp4(__m128 x) {
   y = _mm_fmadd_ps(y, r2, _mm_add_ps(r, _mm_set1_ps(1.0f)));
   const __m128i e = _mm_slli_epi32(_mm_add_epi32(_mm_cvtps_epi32(n), _mm_set1_epi32(127)), 23);
   return _mm_andnot_ps(tiny, _mm_mul_ps(y, _mm_castsi128_ps(e)));
-}
-
-// out[h] = a_h . b_h for the H heads of two [H, D] rows (H a multiple of 4): four heads' products
-// are reduced together by two rounds of horizontal adds.
-template <int D>
-inline void head_dots(const float* a, const float* b, float* out, int64_t H) {
-  for (int64_t h = 0; h < H; h += 4) {
-    __m256 p[4];
-    for (int u = 0; u < 4; ++u) {
-      const float* x = a + (h + u) * D;
-      const float* y = b + (h + u) * D;
-      __m256 acc = _mm256_mul_ps(_mm256_loadu_ps(x), _mm256_loadu_ps(y));
-      for (int d = 8; d < D; d += 8)
-        acc = _mm256_fmadd_ps(_mm256_loadu_ps(x + d), _mm256_loadu_ps(y + d), acc);
-      p[u] = acc;
-    }
-    const __m256 s = _mm256_hadd_ps(_mm256_hadd_ps(p[0], p[1]), _mm256_hadd_ps(p[2], p[3]));
-    _mm_storeu_ps(out + h, _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1)));
-  }
 }
 
 // dst[h] (D floats per head) = init[h] * dst[h] + sum_t c[t * H + h] * rows_t[h] for every head h of
@@ -144,23 +129,14 @@ inline void row_accumulate(float* dst, const float* init, const float* c, int64_
 
 // Per-edge [E] or [E, H] tensor (bias, weight and their gradients), read / written four heads at a
 // time.
-struct EdgeField {
-  float* data = nullptr;
-  bool per_head = false;
-  int64_t H = 0;
-  EdgeField(const OptTensor& t, int64_t heads) : H(heads) {
-    if (t.has_value() && t->defined()) {
-      data = t->data_ptr<float>();
-      per_head = t->dim() == 2;
-    }
-  }
-  bool on() const { return data != nullptr; }
+struct EdgeField : graphattn_csrc::EdgeField<float> {
+  using graphattn_csrc::EdgeField<float>::EdgeField;
   __m128 load4(int64_t e, int64_t h) const {
-    return per_head ? _mm_loadu_ps(data + e * H + h) : _mm_set1_ps(data[e]);
+    return sh != 0 ? _mm_loadu_ps(data + e * se + h) : _mm_set1_ps(data[e]);
   }
   void add4(int64_t e, int64_t h, __m128 x) const {
-    if (per_head) {
-      _mm_storeu_ps(data + e * H + h, _mm_add_ps(_mm_loadu_ps(data + e * H + h), x));
+    if (sh != 0) {
+      _mm_storeu_ps(data + e * se + h, _mm_add_ps(_mm_loadu_ps(data + e * se + h), x));
     } else {  // shared by the heads: the sum over them
       __m128 s = _mm_hadd_ps(x, x);
       s = _mm_hadd_ps(s, s);
@@ -185,6 +161,18 @@ inline EdgeGrad edge_grad4(const float* s, const float* g, __m128 scale, const E
   return {p, _mm_mul_ps(p, _mm_sub_ps(wg, dterm4))};
 }
 
+// The blocks of a blocked layout (bptr [B, rows + 1]: block b's entries of row r are bptr[b, r] ..
+// bptr[b, r + 1]) one after the other; within a block, its rows in parallel ranges:
+// f(first, last, the block's row pointer, r0, r1), first / last: whether it is the first / last
+// block (where a row's running state starts / ends).
+template <typename F>
+void parallel_blocks(const int32_t* bptr, int64_t B, int64_t rows, const F& f) {
+  for (int64_t b = 0; b < B; ++b) {
+    const int32_t* ptr = bptr + b * (rows + 1);
+    parallel_rows(ptr, rows, [&](int64_t r0, int64_t r1) { f(b == 0, b == B - 1, ptr, r0, r1); });
+  }
+}
+
 // ------------------------------------------------------------------------------------- forward
 template <int D>
 void forward_impl(const float* q, const float* k, const float* v, const int32_t* bptr, int64_t B,
@@ -192,72 +180,61 @@ void forward_impl(const float* q, const float* k, const float* v, const int32_t*
                   float* out, float* lse, float* ml, int64_t R, int64_t H, float scale) {
   const int64_t HD = H * D;
   const float ninf = -std::numeric_limits<float>::infinity();
-  for (int64_t b = 0; b < B; ++b) {
-    const int32_t* rowptr = bptr + b * (R + 1);
-    const bool first = b == 0, last = b == B - 1;
-    parallel_rows(rowptr, R, [&](int64_t r0, int64_t r1) {
-      const int64_t e_end = rowptr[r1];
-      std::vector<float> sbuf, fbuf;
-      for (int64_t i = r0; i < r1; ++i) {
-        const int64_t e0 = rowptr[i], deg = rowptr[i + 1] - e0;
-        float* oi = out + i * HD;
-        float* mi = ml + i * 2 * H;  // running max, then running sum, per head
-        float* li = mi + H;
-        if (first) {
-          std::fill(mi, mi + H, ninf);
-          std::fill(li, li + H, 0.0f);
-        }
-        if (deg > 0) {
-          float* s = grow(sbuf, deg * H);  // s[t * H + h]: score, then softmax numerator (* w)
-          const float* qi = q + i * HD;
+  parallel_blocks(bptr, B, R, [&](bool first, bool last, const int32_t* rowptr, int64_t r0, int64_t r1) {
+    const int64_t e_end = rowptr[r1];
+    std::vector<float> sbuf, fbuf;
+    for (int64_t i = r0; i < r1; ++i) {
+      const int64_t e0 = rowptr[i], deg = rowptr[i + 1] - e0;
+      float* oi = out + i * HD;
+      float* mi = ml + i * 2 * H;  // running max, then running sum, per head
+      float* li = mi + H;
+      if (first) {
+        std::fill(mi, mi + H, ninf);
+        std::fill(li, li + H, 0.0f);
+      }
+      if (deg > 0) {
+        float* s = grow(sbuf, deg * H);  // s[t * H + h]: score, then softmax numerator (* w)
+        const float* qi = q + i * HD;
+        const auto score = [&](int64_t t, int64_t j) { head_dots<D>(qi, k + j * HD, s + t * H, H); };
+        for_each_entry(col, e0, deg, e_end, score, gathered(k, HD), gathered(v, HD));
+        const __m128 sc = _mm_set1_ps(scale);
+        float* f = grow(fbuf, H);  // per head: rescaling of the earlier blocks' partial sums
+        for (int64_t h = 0; h < H; h += 4) {
+          __m128 mx = _mm_set1_ps(ninf);
           for (int64_t t = 0; t < deg; ++t) {
-            const int64_t e = e0 + t;
-            if (e + kPrefetch < e_end) {
-              const int64_t jn = static_cast<int64_t>(col[e + kPrefetch]) * HD;
-              prefetch_row(k + jn, HD);
-              prefetch_row(v + jn, HD);
-            }
-            head_dots<D>(qi, k + static_cast<int64_t>(col[e]) * HD, s + t * H, H);
+            __m128 x = _mm_mul_ps(_mm_loadu_ps(s + t * H + h), sc);
+            if (bias.on()) x = _mm_add_ps(x, bias.load4(eid[e0 + t], h));
+            _mm_storeu_ps(s + t * H + h, x);
+            mx = _mm_max_ps(mx, x);
           }
-          const __m128 sc = _mm_set1_ps(scale);
-          float* f = grow(fbuf, H);  // per head: rescaling of the earlier blocks' partial sums
-          for (int64_t h = 0; h < H; h += 4) {
-            __m128 mx = _mm_set1_ps(ninf);
-            for (int64_t t = 0; t < deg; ++t) {
-              __m128 x = _mm_mul_ps(_mm_loadu_ps(s + t * H + h), sc);
-              if (bias.on()) x = _mm_add_ps(x, bias.load4(eid[e0 + t], h));
-              _mm_storeu_ps(s + t * H + h, x);
-              mx = _mm_max_ps(mx, x);
-            }
-            const __m128 m_old = _mm_loadu_ps(mi + h);
-            const __m128 m_new = _mm_max_ps(m_old, mx);
-            // rescaling of the earlier blocks' sums (0 while there were none: exp(-inf) = 0)
-            const __m128 f4 = first ? _mm_setzero_ps() : exp4(_mm_sub_ps(m_old, m_new));
-            __m128 sum = _mm_setzero_ps();
-            for (int64_t t = 0; t < deg; ++t) {
-              const __m128 p = exp4(_mm_sub_ps(_mm_loadu_ps(s + t * H + h), m_new));
-              sum = _mm_add_ps(sum, p);
-              _mm_storeu_ps(s + t * H + h, weight.on() ? _mm_mul_ps(p, weight.load4(eid[e0 + t], h)) : p);
-            }
-            _mm_storeu_ps(mi + h, m_new);
-            _mm_storeu_ps(li + h, _mm_fmadd_ps(_mm_loadu_ps(li + h), f4, sum));
-            _mm_storeu_ps(f + h, f4);
+          const __m128 m_old = _mm_loadu_ps(mi + h);
+          const __m128 m_new = _mm_max_ps(m_old, mx);
+          // rescaling of the earlier blocks' sums (0 while there were none: exp(-inf) = 0)
+          const __m128 f4 = first ? _mm_setzero_ps() : exp4(_mm_sub_ps(m_old, m_new));
+          __m128 sum = _mm_setzero_ps();
+          for (int64_t t = 0; t < deg; ++t) {
+            const __m128 p = exp4(_mm_sub_ps(_mm_loadu_ps(s + t * H + h), m_new));
+            sum = _mm_add_ps(sum, p);
+            _mm_storeu_ps(s + t * H + h, weight.on() ? _mm_mul_ps(p, weight.load4(eid[e0 + t], h)) : p);
           }
-          row_accumulate<D>(oi, first ? nullptr : f, s, H, v, col + e0, deg);
-        } else if (first) {
-          std::fill(oi, oi + HD, 0.0f);
+          _mm_storeu_ps(mi + h, m_new);
+          _mm_storeu_ps(li + h, _mm_fmadd_ps(_mm_loadu_ps(li + h), f4, sum));
+          _mm_storeu_ps(f + h, f4);
         }
-        if (last) {
-          for (int64_t h = 0; h < H; ++h) {
-            const float l = li[h];
-            const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-            for (int64_t d = 0; d < D; ++d) oi[h * D + d] *= inv;
-            lse[i * H + h] = l > 0.0f ? mi[h] + std::log(l) : ninf;
-          }
+        row_accumulate<D>(oi, first ? nullptr : f, s, H, v, col + e0, deg);
+      } else if (first) {
+        std::fill(oi, oi + HD, 0.0f);
+      }
+      if (last) {
+        for (int64_t h = 0; h < H; ++h) {
+          const float l = li[h];
+          const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+          for (int64_t d = 0; d < D; ++d) oi[h * D + d] *= inv;
+          lse[i * H + h] = l > 0.0f ? mi[h] + std::log(l) : ninf;
         }
       }
-    });
-  }
+    }
+  });
 }
 
 // ------------------------------------------------------------------ backward, destination pass
@@ -272,51 +249,41 @@ void backward_dst_impl(const float* q, const float* k, const float* v, const flo
                        int64_t H, float scale) {
   const int64_t HD = H * D;
   const bool ids = bias.on() || weight.on();
-  for (int64_t b = 0; b < B; ++b) {
-    const int32_t* rowptr = bptr + b * (R + 1);
-    const bool first = b == 0;
-    parallel_rows(rowptr, R, [&](int64_t r0, int64_t r1) {
-      const int64_t e_end = rowptr[r1];
-      std::vector<float> sbuf, gbuf, ones(H, 1.0f);
-      for (int64_t i = r0; i < r1; ++i) {
-        const int64_t e0 = rowptr[i], deg = rowptr[i + 1] - e0;
-        const float* qi = q + i * HD;
-        const float* doi = dout + i * HD;
-        if (first) head_dots<D>(doi, out + i * HD, dterm + i * H, H);
-        if (deg == 0) {
-          if (first && dq != nullptr) std::fill(dq + i * HD, dq + (i + 1) * HD, 0.0f);
-          continue;
-        }
-        float* s = grow(sbuf, deg * H);  // scores, then p
-        float* g = grow(gbuf, deg * H);  // dO . v, then ds * scale
-        for (int64_t t = 0; t < deg; ++t) {
-          const int64_t e = e0 + t;
-          if (e + kPrefetch < e_end) {
-            const int64_t jn = static_cast<int64_t>(col[e + kPrefetch]) * HD;
-            prefetch_row(k + jn, HD);
-            prefetch_row(v + jn, HD);
-          }
-          const int64_t j = static_cast<int64_t>(col[e]) * HD;
-          head_dots<D>(qi, k + j, s + t * H, H);
-          head_dots<D>(doi, v + j, g + t * H, H);
-        }
-        const __m128 sc = _mm_set1_ps(scale);
-        for (int64_t h = 0; h < H; h += 4) {
-          const __m128 l4 = _mm_loadu_ps(lse + i * H + h);
-          const __m128 dt = _mm_loadu_ps(dterm + i * H + h);
-          for (int64_t t = 0; t < deg; ++t) {
-            const int64_t uid = ids ? eid[e0 + t] : 0;
-            const EdgeGrad eg = edge_grad4(s + t * H + h, g + t * H + h, sc, bias, weight, uid, h, l4, dt);
-            if (dweight.on()) dweight.add4(uid, h, _mm_mul_ps(eg.p, _mm_loadu_ps(g + t * H + h)));
-            if (dbias.on()) dbias.add4(uid, h, eg.ds);
-            _mm_storeu_ps(g + t * H + h, _mm_mul_ps(eg.ds, sc));
-          }
-        }
-        if (dq != nullptr)
-          row_accumulate<D>(dq + i * HD, first ? nullptr : ones.data(), g, H, k, col + e0, deg);
+  parallel_blocks(bptr, B, R, [&](bool first, bool, const int32_t* rowptr, int64_t r0, int64_t r1) {
+    const int64_t e_end = rowptr[r1];
+    std::vector<float> sbuf, gbuf, ones(H, 1.0f);
+    for (int64_t i = r0; i < r1; ++i) {
+      const int64_t e0 = rowptr[i], deg = rowptr[i + 1] - e0;
+      const float* qi = q + i * HD;
+      const float* doi = dout + i * HD;
+      if (first) head_dots<D>(doi, out + i * HD, dterm + i * H, H);
+      if (deg == 0) {
+        if (first && dq != nullptr) std::fill(dq + i * HD, dq + (i + 1) * HD, 0.0f);
+        continue;
       }
-    });
-  }
+      float* s = grow(sbuf, deg * H);  // scores, then p
+      float* g = grow(gbuf, deg * H);  // dO . v, then ds * scale
+      const auto dots = [&](int64_t t, int64_t j) {
+        head_dots<D>(qi, k + j * HD, s + t * H, H);
+        head_dots<D>(doi, v + j * HD, g + t * H, H);
+      };
+      for_each_entry(col, e0, deg, e_end, dots, gathered(k, HD), gathered(v, HD));
+      const __m128 sc = _mm_set1_ps(scale);
+      for (int64_t h = 0; h < H; h += 4) {
+        const __m128 l4 = _mm_loadu_ps(lse + i * H + h);
+        const __m128 dt = _mm_loadu_ps(dterm + i * H + h);
+        for (int64_t t = 0; t < deg; ++t) {
+          const int64_t uid = ids ? eid[e0 + t] : 0;
+          const EdgeGrad eg = edge_grad4(s + t * H + h, g + t * H + h, sc, bias, weight, uid, h, l4, dt);
+          if (dweight.on()) dweight.add4(uid, h, _mm_mul_ps(eg.p, _mm_loadu_ps(g + t * H + h)));
+          if (dbias.on()) dbias.add4(uid, h, eg.ds);
+          _mm_storeu_ps(g + t * H + h, _mm_mul_ps(eg.ds, sc));
+        }
+      }
+      if (dq != nullptr)
+        row_accumulate<D>(dq + i * HD, first ? nullptr : ones.data(), g, H, k, col + e0, deg);
+    }
+  });
 }
 
 // ----------------------------------------------------------------------- backward, source pass
@@ -329,91 +296,78 @@ void backward_src_impl(const float* q, const float* k, const float* v, const flo
                        int64_t S, int64_t H, float scale) {
   const int64_t HD = H * D;
   const bool ids = bias.on() || weight.on();
-  for (int64_t b = 0; b < B; ++b) {
-    const int32_t* colptr = bptr + b * (S + 1);
-    const bool first = b == 0;
-    parallel_rows(colptr, S, [&](int64_t j0, int64_t j1) {
-      const int64_t c_end = colptr[j1];
-      std::vector<float> pbuf, gbuf, ones(H, 1.0f);
-      for (int64_t j = j0; j < j1; ++j) {
-        const int64_t c0 = colptr[j], n = colptr[j + 1] - c0;
-        if (n == 0) {
-          if (first) {
-            if (dk != nullptr) std::fill(dk + j * HD, dk + (j + 1) * HD, 0.0f);
-            if (dv != nullptr) std::fill(dv + j * HD, dv + (j + 1) * HD, 0.0f);
-          }
-          continue;
+  parallel_blocks(bptr, B, S, [&](bool first, bool, const int32_t* colptr, int64_t j0, int64_t j1) {
+    const int64_t c_end = colptr[j1];
+    std::vector<float> pbuf, gbuf, ones(H, 1.0f);
+    for (int64_t j = j0; j < j1; ++j) {
+      const int64_t c0 = colptr[j], n = colptr[j + 1] - c0;
+      if (n == 0) {
+        if (first) {
+          if (dk != nullptr) std::fill(dk + j * HD, dk + (j + 1) * HD, 0.0f);
+          if (dv != nullptr) std::fill(dv + j * HD, dv + (j + 1) * HD, 0.0f);
         }
-        const float* kj = k + j * HD;
-        const float* vj = v + j * HD;
-        float* p = grow(pbuf, n * H);  // scores, then p * w: coefficient of dO_i in dv_j
-        float* g = grow(gbuf, n * H);  // dO_i . v_j, then ds * scale: coefficient of q_i in dk_j
-        for (int64_t t = 0; t < n; ++t) {
-          const int64_t c = c0 + t;
-          if (c + kPrefetch < c_end) {
-            const int64_t in = crow[c + kPrefetch];
-            prefetch_row(q + in * HD, HD);
-            prefetch_row(dout + in * HD, HD);
-            prefetch_row(stats + in * 2 * H, 2 * H);
-          }
-          const int64_t i = crow[c];
-          head_dots<D>(q + i * HD, kj, p + t * H, H);
-          head_dots<D>(dout + i * HD, vj, g + t * H, H);
-        }
-        const __m128 sc = _mm_set1_ps(scale);
-        for (int64_t h = 0; h < H; h += 4) {
-          for (int64_t t = 0; t < n; ++t) {
-            const int64_t c = c0 + t, uid = ids ? cuid[c] : 0;
-            const float* st = stats + static_cast<int64_t>(crow[c]) * 2 * H;  // lse, then Dterm
-            const EdgeGrad eg = edge_grad4(p + t * H + h, g + t * H + h, sc, bias, weight, uid, h,
-                                           _mm_loadu_ps(st + h), _mm_loadu_ps(st + H + h));
-            _mm_storeu_ps(g + t * H + h, _mm_mul_ps(eg.ds, sc));
-            _mm_storeu_ps(p + t * H + h, weight.on() ? _mm_mul_ps(eg.p, weight.load4(uid, h)) : eg.p);
-          }
-        }
-        const float* init = first ? nullptr : ones.data();
-        if (dk != nullptr) row_accumulate<D>(dk + j * HD, init, g, H, q, crow + c0, n);
-        if (dv != nullptr) row_accumulate<D>(dv + j * HD, init, p, H, dout, crow + c0, n);
+        continue;
       }
-    });
-  }
+      const float* kj = k + j * HD;
+      const float* vj = v + j * HD;
+      float* p = grow(pbuf, n * H);  // scores, then p * w: coefficient of dO_i in dv_j
+      float* g = grow(gbuf, n * H);  // dO_i . v_j, then ds * scale: coefficient of q_i in dk_j
+      const auto dots = [&](int64_t t, int64_t i) {
+        head_dots<D>(q + i * HD, kj, p + t * H, H);
+        head_dots<D>(dout + i * HD, vj, g + t * H, H);
+      };
+      // the rows of each target i: q, dO and (lse, Dterm)
+      for_each_entry(crow, c0, n, c_end, dots, gathered(q, HD), gathered(dout, HD),
+                     gathered(stats, 2 * H));
+      const __m128 sc = _mm_set1_ps(scale);
+      for (int64_t h = 0; h < H; h += 4) {
+        for (int64_t t = 0; t < n; ++t) {
+          const int64_t c = c0 + t, uid = ids ? cuid[c] : 0;
+          const float* st = stats + static_cast<int64_t>(crow[c]) * 2 * H;  // lse, then Dterm
+          const EdgeGrad eg = edge_grad4(p + t * H + h, g + t * H + h, sc, bias, weight, uid, h,
+                                         _mm_loadu_ps(st + h), _mm_loadu_ps(st + H + h));
+          _mm_storeu_ps(g + t * H + h, _mm_mul_ps(eg.ds, sc));
+          _mm_storeu_ps(p + t * H + h, weight.on() ? _mm_mul_ps(eg.p, weight.load4(uid, h)) : eg.p);
+        }
+      }
+      const float* init = first ? nullptr : ones.data();
+      if (dk != nullptr) row_accumulate<D>(dk + j * HD, init, g, H, q, crow + c0, n);
+      if (dv != nullptr) row_accumulate<D>(dv + j * HD, init, p, H, dout, crow + c0, n);
+    }
+  });
 }
 
-#define GA_BLOCKED_DISPATCH_D(D, ...)                       \
-  switch (D) {                                              \
-    case 8: { constexpr int DT = 8; __VA_ARGS__(); break; }   \
-    case 16: { constexpr int DT = 16; __VA_ARGS__(); break; } \
-    case 32: { constexpr int DT = 32; __VA_ARGS__(); break; } \
-    case 64: { constexpr int DT = 64; __VA_ARGS__(); break; } \
-    default: TORCH_CHECK(false, "graphattn blocked: D must be 8, 16, 32 or 64");  \
-  }
 #endif  // GA_BLOCKED_AVX2
 
 // ------------------------------------------------------------------------------------ checks
+constexpr const char* kKernel = "graphattn blocked";
+constexpr const char* kNeedD = "graphattn blocked: D must be 8, 16, 32 or 64";
+
+// Node tensors are float32 with v's (here: ref's) H and D.
 void check_nodes(const Tensor& t, const Tensor& ref, const char* name) {
-  TORCH_CHECK(t.dim() == 3 && t.is_contiguous() && t.scalar_type() == at::kFloat &&
-                  t.size(1) == ref.size(1) && t.size(2) == ref.size(2),
-              "graphattn blocked: '", name, "' must be a contiguous float32 [rows, H, D] tensor like v");
+  graphattn_csrc::check_nodes(kKernel, t, ref, at::kFloat, name,
+                              "float32 [rows, H, D] tensor like v");
+}
+
+void check_qkv(const Tensor& q, const Tensor& k, const Tensor& v) {
+  check_nodes(v, v, "v");
+  check_nodes(q, v, "q");
+  check_nodes(k, v, "k");
 }
 
 void check_layout(const Tensor& bptr, const Tensor& idx, const Tensor& eid, int64_t rows) {
-  TORCH_CHECK(bptr.scalar_type() == at::kInt && idx.scalar_type() == at::kInt &&
-                  eid.scalar_type() == at::kInt && bptr.is_contiguous() && idx.is_contiguous() &&
-                  eid.is_contiguous() && bptr.dim() == 2 && bptr.size(1) == rows + 1 &&
-                  (idx.numel() == eid.numel() || eid.numel() == 0),
+  TORCH_CHECK(graphattn_csrc::int32_contiguous(bptr, idx, eid) && bptr.dim() == 2 &&
+                  bptr.size(1) == rows + 1 && (idx.numel() == eid.numel() || eid.numel() == 0),
               "graphattn blocked: the layout must be int32, bptr [B, rows + 1], idx and eid [E]");
 }
 
-void check_edge(const OptTensor& t, int64_t E, int64_t H, const char* name) {
-  if (!t.has_value() || !t->defined()) return;
-  TORCH_CHECK(t->is_contiguous() && t->scalar_type() == at::kFloat && t->size(0) == E &&
-                  (t->dim() == 1 || (t->dim() == 2 && t->size(1) == H)),
-              "graphattn blocked: '", name, "' must be a contiguous float32 [E] or [E, H] tensor");
-}
-
-void check_ids(const Tensor& eid, int64_t E, const OptTensor& bias, const OptTensor& weight) {
-  const bool fields = (bias.has_value() && bias->defined()) || (weight.has_value() && weight->defined());
-  TORCH_CHECK(!fields || eid.numel() == E,
+// bias and weight: float32 [E] or [E, H], read through the layout's edge ids.
+void check_fields(const OptTensor& bias, const OptTensor& weight, const Tensor& eid, int64_t E,
+                  int64_t H) {
+  const char* expected = "float32 [E] or [E, H] tensor";
+  graphattn_csrc::check_edge(kKernel, bias, E, H, at::kFloat, "bias", expected);
+  graphattn_csrc::check_edge(kKernel, weight, E, H, at::kFloat, "weight", expected);
+  TORCH_CHECK(!(present(bias) || present(weight)) || eid.numel() == E,
               "graphattn blocked: a layout with edge ids is needed for bias or weight");
 }
 
@@ -426,21 +380,17 @@ void check_heads(const Tensor& v) {
 std::tuple<Tensor, Tensor> forward(const Tensor& q, const Tensor& k, const Tensor& v,
                                    const Tensor& bptr, const Tensor& col, const Tensor& eid,
                                    const OptTensor& bias, const OptTensor& weight, double scale) {
-  check_nodes(v, v, "v");
-  check_nodes(q, v, "q");
-  check_nodes(k, v, "k");
+  check_qkv(q, k, v);
   check_heads(v);
   const int64_t R = q.size(0), H = v.size(1), D = v.size(2), E = col.numel();
   check_layout(bptr, col, eid, R);
   TORCH_CHECK(k.size(0) == v.size(0), "graphattn blocked: k and v differ in rows");
-  check_edge(bias, E, H, "bias");
-  check_edge(weight, E, H, "weight");
-  check_ids(eid, E, bias, weight);
+  check_fields(bias, weight, eid, E, H);
   Tensor out = at::empty({R, H, D}, v.options());
   Tensor lse = at::empty({R, H}, v.options());
 #if GA_BLOCKED_AVX2
   Tensor ml = at::empty({R, 2 * H}, v.options());
-  GA_BLOCKED_DISPATCH_D(D, [&] {
+  GA_DISPATCH_D_FIXED(D, kNeedD, [&] {
     forward_impl<DT>(q.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(),
                      bptr.data_ptr<int32_t>(), bptr.size(0), col.data_ptr<int32_t>(),
                      eid.data_ptr<int32_t>(), EdgeField(bias, H), EdgeField(weight, H),
@@ -456,9 +406,7 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> backward_dst(
     const Tensor& lse, const Tensor& bptr, const Tensor& col, const Tensor& eid,
     const OptTensor& bias, const OptTensor& weight, double scale, bool need_dq, bool need_dbias,
     bool need_dweight) {
-  check_nodes(v, v, "v");
-  check_nodes(q, v, "q");
-  check_nodes(k, v, "k");
+  check_qkv(q, k, v);
   check_nodes(out, v, "out");
   check_nodes(dout, v, "dout");
   check_heads(v);
@@ -467,20 +415,18 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> backward_dst(
   TORCH_CHECK(out.size(0) == R && dout.size(0) == R && lse.numel() == R * H &&
                   lse.is_contiguous() && lse.scalar_type() == at::kFloat && k.size(0) == v.size(0),
               "graphattn blocked: out, dout and lse need one row per target, k and v one per source");
-  check_edge(bias, E, H, "bias");
-  check_edge(weight, E, H, "weight");
-  check_ids(eid, E, bias, weight);
+  check_fields(bias, weight, eid, E, H);
   Tensor dq = need_dq ? at::empty_like(q) : Tensor();
-  Tensor dbias = need_dbias && bias.has_value() ? at::zeros_like(*bias) : Tensor();
-  Tensor dweight = need_dweight && weight.has_value() ? at::zeros_like(*weight) : Tensor();
+  Tensor dbias = zeros_if(need_dbias, bias);
+  Tensor dweight = zeros_if(need_dweight, weight);
   Tensor dterm = at::empty({R, H}, v.options());
 #if GA_BLOCKED_AVX2
-  GA_BLOCKED_DISPATCH_D(D, [&] {
+  GA_DISPATCH_D_FIXED(D, kNeedD, [&] {
     backward_dst_impl<DT>(
         q.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(), out.data_ptr<float>(),
         dout.data_ptr<float>(), lse.data_ptr<float>(), bptr.data_ptr<int32_t>(), bptr.size(0),
         col.data_ptr<int32_t>(), eid.data_ptr<int32_t>(), EdgeField(bias, H), EdgeField(weight, H),
-        dq.defined() ? dq.data_ptr<float>() : nullptr, EdgeField(dbias, H), EdgeField(dweight, H),
+        data_or_null<float>(dq), EdgeField(dbias, H), EdgeField(dweight, H),
         dterm.data_ptr<float>(), R, H, static_cast<float>(scale));
   });
 #endif
@@ -492,9 +438,7 @@ std::tuple<Tensor, Tensor> backward_src(const Tensor& q, const Tensor& k, const 
                                         const Tensor& bptr, const Tensor& crow, const Tensor& cuid,
                                         const OptTensor& bias, const OptTensor& weight,
                                         double scale, bool need_dk, bool need_dv) {
-  check_nodes(v, v, "v");
-  check_nodes(q, v, "q");
-  check_nodes(k, v, "k");
+  check_qkv(q, k, v);
   check_nodes(dout, v, "dout");
   check_heads(v);
   const int64_t S = v.size(0), R = q.size(0), H = v.size(1), D = v.size(2), E = crow.numel();
@@ -502,22 +446,19 @@ std::tuple<Tensor, Tensor> backward_src(const Tensor& q, const Tensor& k, const 
   TORCH_CHECK(k.size(0) == S && dout.size(0) == R && lse.numel() == R * H &&
                   dterm.numel() == R * H,
               "graphattn blocked: bad q / k / dout / lse / dterm rows");
-  check_edge(bias, E, H, "bias");
-  check_edge(weight, E, H, "weight");
-  check_ids(cuid, E, bias, weight);
+  check_fields(bias, weight, cuid, E, H);
   Tensor dk = need_dk ? at::empty_like(k) : Tensor();
   Tensor dv = need_dv ? at::empty_like(v) : Tensor();
   if (!dk.defined() && !dv.defined()) return {dk, dv};
 #if GA_BLOCKED_AVX2
   // (lse, Dterm) of each target row side by side: one cache line per gathered row
   Tensor stats = at::cat({lse.reshape({R, H}), dterm.reshape({R, H})}, 1).contiguous();
-  GA_BLOCKED_DISPATCH_D(D, [&] {
+  GA_DISPATCH_D_FIXED(D, kNeedD, [&] {
     backward_src_impl<DT>(
         q.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(), dout.data_ptr<float>(),
         stats.data_ptr<float>(), bptr.data_ptr<int32_t>(), bptr.size(0), crow.data_ptr<int32_t>(),
         cuid.data_ptr<int32_t>(), EdgeField(bias, H), EdgeField(weight, H),
-        dk.defined() ? dk.data_ptr<float>() : nullptr, dv.defined() ? dv.data_ptr<float>() : nullptr,
-        S, H, static_cast<float>(scale));
+        data_or_null<float>(dk), data_or_null<float>(dv), S, H, static_cast<float>(scale));
   });
 #endif
   return {dk, dv};
@@ -537,9 +478,8 @@ std::tuple<Tensor, Tensor> backward_src(const Tensor& q, const Tensor& k, const 
 std::tuple<Tensor, Tensor, Tensor> build_layout(const Tensor& rowptr, const Tensor& col,
                                                 const Tensor& eid, int64_t num_sources,
                                                 int64_t block_rows, bool by_target, bool with_eid) {
-  TORCH_CHECK(rowptr.scalar_type() == at::kInt && col.scalar_type() == at::kInt &&
-                  eid.scalar_type() == at::kInt && rowptr.is_contiguous() && col.is_contiguous() &&
-                  eid.is_contiguous() && col.numel() == eid.numel() && block_rows > 0,
+  TORCH_CHECK(graphattn_csrc::int32_contiguous(rowptr, col, eid) && col.numel() == eid.numel() &&
+                  block_rows > 0,
               "graphattn blocked: build_layout needs an int32 CSR and block_rows > 0");
   const int64_t R = rowptr.numel() - 1, E = col.numel(), S = num_sources;
   const int64_t rows = by_target ? R : S;

@@ -5,7 +5,7 @@
 // for a [L] (one coefficient per step, shared by the F columns) and b [L, F], real or complex, float
 // or double. Each column is an independent sequential recurrence (exactly the left-to-right order of
 // the definition) computed by the same code whatever the thread split, so the result does not depend
-// on the number of threads: threads take disjoint fixed blocks of 16 columns. The torch fallback (graphattn/producers/converter_ops.py, _scan_) is a blocked
+// on the number of threads: threads take disjoint fixed blocks of 16 columns. The torch fallback (kernels/linear_scan.py, _scan_) is a blocked
 // two-level scan of the same recurrence; the two agree to rounding.
 
 #include <ATen/Dispatch.h>

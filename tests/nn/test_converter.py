@@ -185,3 +185,14 @@ def test_example_config_builds_the_preset():
                                      act=cfg["act"], pool="cls", **cfg["model_kwargs"])
     assert model.pool == "mean"
     assert model.layers[0].gffn.lin_re.out_features == cfg["ffn_ratio"] * cfg["hidden"]
+
+
+@pytest.mark.parametrize("arg", [{"heads": 8}, {"norm": "batch_norm"}, {"norm_first": True},
+                                 {"residual": False}, {"ffn": False}, {"attn_dropout": 0.1},
+                                 {"edge_encoder": "bond"}])
+def test_preset_refuses_arguments_it_does_not_use(arg):
+    with pytest.raises(ValueError, match=f"does not use '{next(iter(arg))}'"):
+        ConverterModel(16, 2, **arg)
+    # GraphTransformer's defaults are "not given"
+    ConverterModel(16, 2, heads=4, norm="layer_norm", norm_first=False, residual=True, ffn=True,
+                   attn_dropout=0.0, edge_encoder=None)

@@ -95,8 +95,9 @@ def data_batch() -> Batch:
 def build(name: str) -> torch.nn.Module:
     c = CASES[name]
     torch.manual_seed(0)
-    return get_model(c["model"])(HIDDEN, OUT, num_layers=2, producer=c["producer"], heads=HEADS,
-                                 **c["kwargs"])
+    cls = get_model(c["model"])
+    heads = {} if "heads" in getattr(cls, "UNUSED_ARGS", {}) else {"heads": HEADS}
+    return cls(HIDDEN, OUT, num_layers=2, producer=c["producer"], **heads, **c["kwargs"])
 
 
 def on(device: str, *tensors: torch.Tensor | None) -> bool:

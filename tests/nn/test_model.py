@@ -101,6 +101,30 @@ def test_aux_loss_and_edge_sets_of_the_last_pass():
     torch.testing.assert_close(loss, expected)
 
 
+def test_forward_returns_the_training_signals_as_values():
+    """``return_signals=True`` returns the pass's edge sets with their aux losses and policy terms
+    (the runner's objective reads them from there, not from the layers)."""
+    torch.manual_seed(0)
+    batch = _batch()
+    sbm = GraphTransformer(16, 3, num_layers=2, producer={"name": "sbm", "num_clusters": 4},
+                           heads=2).train()
+    out, signals = sbm(batch, return_signals=True)
+    assert out.shape == (3, 3) and len(signals) == 2
+    assert signals.edge_sets == [layer.last_edges for layer in sbm.layers]
+    torch.testing.assert_close(signals.aux_loss,
+                               sum(es.aux_loss.reshape(()) for es in signals.edge_sets))
+    signals.aux_loss.backward()  # differentiable: reaches the producers' parameters
+    assert any(p.grad is not None for p in sbm.parameters())
+    sac = GraphTransformer(16, 3, num_layers=1, producer={"name": "sac", "warm_start": 0},
+                           conv="gcn").train()
+    _, sac_signals = sac(batch, return_signals=True)
+    ((log_prob, graph),) = sac_signals.policy_terms
+    assert log_prob.numel() == graph.numel() > 0 and log_prob.requires_grad
+    # both extras at once: (out, trace, signals)
+    _, trace, signals2 = sbm.eval()(batch, trace_attention=True, return_signals=True)
+    assert len(trace) == 2 and len(signals2) == 2
+
+
 def test_a_producer_instance_shared_by_layers_is_one_module():
     torch.manual_seed(0)
     batch = _batch()
@@ -112,3 +136,40 @@ def test_a_producer_instance_shared_by_layers_is_one_module():
     model(batch)
     # the shared predictor samples once per forward: one policy term, later layers reuse the edges
     assert len(model.policy_terms()) == 1
+
+
+@pytest.mark.parametrize("spec,shared", [
+    ("input", True), ({"name": "window", "window": 1}, True), ("full", True),
+    ({"name": "expander", "degree": 2}, True), ({"name": "knn", "k": 2, "attr": "pos"}, True),
+    ({"name": "union", "producers": ["input", {"name": "expander", "degree": 2}]}, True),
+    ({"name": "knn", "k": 2, "attr": "x"}, False),  # neighbours in each layer's input
+    ({"name": "union", "producers": ["input", "virtual"]}, False),  # virtual nodes pool x
+    ({"name": "random", "k": 2}, False),
+])
+def test_batch_only_edge_sets_are_built_once_per_forward(spec, shared):
+    """Producers whose edges depend only on the batch (``static_key``) build them once per
+    forward pass; every layer attends over that one edge set, with the same output as building
+    it in every layer."""
+    torch.manual_seed(0)
+    batch = _batch()
+    batch.pos = torch.randn(batch.num_nodes, 2)
+    model = GraphTransformer(16, 3, num_layers=3, producer=spec, conv="gcn").train()
+    torch.manual_seed(1)
+    out, signals = model(batch, return_signals=True)
+    first = signals.edge_sets[0]
+    assert all((es is first) == shared for es in signals.edge_sets[1:])
+    # the same layers, each building its own edge set (no cache): the same numbers
+    model.eval()
+    out = model(batch)
+    h, _ = model.encode(batch)
+    for layer in model.layers:
+        h = layer(h, batch.edge_index, batch.batch, data=batch)
+    expected = model.head(model._pool(h, batch.batch, 3, model.pool))
+    torch.testing.assert_close(out, expected, rtol=0, atol=0)
+
+
+def test_a_caller_generator_makes_the_expander_draw_in_every_layer():
+    batch = _batch()
+    model = GraphTransformer(16, 3, num_layers=2, producer={"name": "expander", "degree": 2})
+    _, signals = model(batch, generator=torch.Generator().manual_seed(0), return_signals=True)
+    assert signals.edge_sets[0] is not signals.edge_sets[1]

@@ -83,15 +83,13 @@ def test_block_formula():
     out = blk(x, data.batch, alpha, data=data)
     xh = blk.norm1(x)
     prod = blk.producer
-    assert prod.score_from == "samsa_residual"
-    data.samsa_residual = x
-    att = blk.attn(xh, prod, data.batch, data=data)
+    assert prod.score_from == "residual"
+    att = blk.attn(xh, prod, data.batch, data=data, inputs={"residual": x})
     y = x + alpha * blk.attn_out(att)
     y = y + alpha * blk.mlp(blk.norm2(y))
     torch.testing.assert_close(out, y)
     # the scores come from the raw x, not from x̂: scaling x changes x̂ not at all
-    data.samsa_residual = 3 * x
-    assert not torch.equal(blk.attn(xh, prod, data.batch, data=data), att)
+    assert not torch.equal(blk.attn(xh, prod, data.batch, data=data, inputs={"residual": 3 * x}), att)
 
 
 def test_attention_readout():
@@ -179,3 +177,12 @@ def test_runner_builds_the_preset():
     assert len(m.layers) == 2 and m.layers[0].drop_path == 0.1
     data = batch()
     assert m(data).shape == (data.num_graphs, 2)
+
+
+@pytest.mark.parametrize("arg", [{"norm": "batch_norm"},
+                                 {"residual": False}, {"edge_encoder": "bond"}])
+def test_preset_refuses_arguments_it_does_not_use(arg):
+    with pytest.raises(ValueError, match=f"does not use '{next(iter(arg))}'"):
+        SAMSATransformer(16, 2, **arg)
+    # GraphTransformer's defaults are "not given"
+    SAMSATransformer(16, 2, norm="layer_norm", norm_first=False, residual=True, edge_encoder=None)

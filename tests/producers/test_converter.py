@@ -11,28 +11,30 @@ import math
 import numpy as np
 import pytest
 import torch
+from graphattn.kernels.linear_scan import (
+    adjoint_rotations,
+    extend_rotations,
+    linear_scan,
+    lower_sweep,
+    scan_sequential,
+    upper_sweep,
+)
 from torch.autograd import gradcheck
 
 from graphattn import EdgeAttention, HybridLayer, origin_code
+from graphattn.operators import UnitaryChainOperator
 from graphattn.producers import build_producer
 from graphattn.producers.converter import ConverterProducer
 from graphattn.producers.converter_ops import (
     KERNELS,
-    UnitaryChainOperator,
-    adjoint_rotations,
     chebyshev_phase,
     dense_givens_chain,
-    extend_rotations,
     gibbs_damping,
     givens,
     givens_matrix,
     identity_rotations,
     kernel_polynomial_loss,
-    linear_scan,
-    lower_sweep,
-    scan_sequential,
     stride_permutation,
-    upper_sweep,
 )
 from tests.helpers import make_batch
 
@@ -108,7 +110,7 @@ def test_dense_chain_oracle_equals_explicit_products():
 def scan_impl(request, monkeypatch):
     """Both scans: the compiled CPU kernel (skipped if it cannot be built here) and the blocked
     torch scan."""
-    import graphattn.producers.converter_ops as ops
+    import graphattn.kernels.linear_scan as ops
 
     if request.param == "native":
         if ops._native_scan_ops(torch.zeros(2, dtype=F64), torch.zeros(2, 1, dtype=F64)) is None:
@@ -159,7 +161,7 @@ def test_scan_gradcheck(reverse, scan_impl):
 def test_native_scan_equals_blocked_and_ignores_threads(dtype, reverse, monkeypatch):
     """The compiled scan is used on the CPU, equals the blocked torch scan to rounding, and gives
     bit-identical results on 1 and 2 threads (each column is one sequential recurrence)."""
-    import graphattn.producers.converter_ops as ops
+    import graphattn.kernels.linear_scan as ops
 
     gen = torch.Generator().manual_seed(7)
     L, F = 4099, 70  # F not a multiple of the column grain; L large enough to run threaded

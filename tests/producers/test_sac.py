@@ -16,7 +16,7 @@ from graphattn.nn import GraphTransformer
 from graphattn.policy import ReinforceBaseline, reinforce_loss
 from graphattn.producers import build_producer
 from graphattn.producers.sac import SAC
-from graphattn.producers.sac_decoder import HopDistances, predicted_so_far_buckets, sequence_buckets
+from graphattn.producers.sac_distances import HopDistances, predicted_so_far_buckets, sequence_buckets
 from tests.helpers import dense_reference, make_batch
 
 HEADS = 2

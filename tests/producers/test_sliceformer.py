@@ -16,12 +16,8 @@ from hypothesis import strategies as st
 
 from graphattn import EdgeAttention, GraphTransformer, HybridLayer, PermutationEdgeSet, origin_code
 from graphattn.producers import build_producer
-from graphattn.producers.sliceformer import (
-    SliceSortEdges,
-    interleave_descending,
-    max_exchange_src,
-    slice_sort_src,
-)
+from graphattn.producers.sliceformer import SliceSortEdges
+from graphattn.producers.sliceformer_ops import interleave_descending, max_exchange_src, slice_sort_src
 from tests.helpers import make_batch
 
 SIZES = [5, 1, 7, 3]  # S1's batch

@@ -1,0 +1,83 @@
+"""Argument checks shared by the layers, the producers and the models: each names the argument and
+what was expected."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+
+def check_positive_int(name: str, value: Any, *, allow_zero: bool = False) -> int:
+    """Validates a producer hyperparameter."""
+    low = 0 if allow_zero else 1
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        kind = "non-negative" if allow_zero else "positive"
+        raise ValueError(f"'{name}' must be a {kind} int, got {value!r}")
+    return value
+
+
+def check_int(name: str, value: Any) -> int:
+    """Validates an integer argument of any sign (a seed): a bool, a float or a string is refused."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"'{name}' must be an int, got {value!r}")
+    return value
+
+
+def check_channels(name: str, value: Any, *, lazy: bool = True, optional: bool = False) -> Any:
+    """Validates a width: a positive int, ``-1`` for lazy initialisation (PyG's convention) where
+    ``lazy``, ``None`` where ``optional``. ``0`` and other negative values are refused (they used
+    to pass for lazy)."""
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or (value < 1 and not (lazy and value == -1)):
+        what = "a positive int" + (" or -1 (lazy)" if lazy else "") + (" or None" if optional else "")
+        raise ValueError(f"'{name}' must be {what}, got {value!r}")
+    return value
+
+
+def resolve_num_heads(num_heads: Any, heads: Any, owner: str) -> int | None:
+    """The heads a producer is built for: ``num_heads`` (the one spelling of the producer contract)
+    or ``heads`` (its older spelling, still accepted); both given must agree. ``None`` if neither."""
+    if num_heads is not None and heads is not None and num_heads != heads:
+        raise ValueError(f"{owner} got num_heads={num_heads!r} and heads={heads!r}; give 'num_heads' "
+                         f"only ('heads' is its older spelling)")
+    value = num_heads if num_heads is not None else heads
+    return None if value is None else check_positive_int("num_heads", value)
+
+
+def check_rate(name: str, value: Any) -> float:
+    """Validates a probability (a dropout rate): a real number in ``[0, 1)``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+        raise ValueError(f"'{name}' must be a number in [0, 1), got {value!r}")
+    return float(value)
+
+
+def check_node_features(x: Any, in_channels: int, module: nn.Module) -> None:
+    """The checks of a layer's node features ``x``: a 2-D floating-point tensor with
+    ``in_channels`` columns (any width when ``in_channels`` is ``-1``, lazy) and the dtype of
+    ``module``'s parameters (:func:`check_dtype`)."""
+    if not isinstance(x, Tensor):
+        raise ValueError(f"'x' must be a torch.Tensor, got {type(x).__name__}")
+    if x.dim() != 2:
+        raise ValueError(f"'x' must be 2-D [N, F], got shape {list(x.shape)}")
+    if not x.is_floating_point():
+        raise ValueError(f"'x' must be a floating-point tensor, got {x.dtype}")
+    if in_channels > 0 and x.size(1) != in_channels:
+        raise ValueError(f"'x' must have in_channels={in_channels} columns, got {x.size(1)}")
+    check_dtype("x", x, module, type(module).__name__)
+
+
+def check_dtype(name: str, x: Tensor, module: nn.Module, what: str) -> None:
+    """A clear error when the floating-point ``x`` does not have the dtype of ``module``'s
+    parameters (instead of ``mat1 and mat2 must have the same dtype`` deep inside a projection).
+    Inputs are not cast: cast ``x`` or the module (``module.to(dtype)``). Under
+    :func:`torch.autocast` (mixed precision) the projections cast themselves: no check."""
+    if not x.is_floating_point() or torch.is_autocast_enabled(x.device.type):
+        return
+    param = next((p for p in module.parameters() if p.is_floating_point()), None)
+    if param is not None and x.dtype != param.dtype:
+        raise ValueError(f"'{name}' has dtype {x.dtype} but {what} has parameters of dtype "
+                         f"{param.dtype}; cast one to the other ({name}.to({param.dtype}) or "
+                         f"module.to({x.dtype}))")

@@ -1,0 +1,135 @@
+r"""How an edge set is attended: the one place where the attention path is chosen.
+
+:class:`~graphattn.EdgeAttention` builds an :class:`AttentionCall` (the layer's projections, scale,
+dropout and its explicit-edge path) and hands it to the edge set's ``attend(call)``. Every edge-set
+structure owns its path:
+
+================================  ===================================================  ==========
+structure                         ``attend``                                           ``kernel``
+================================  ===================================================  ==========
+explicit (:class:`EdgeSet`)       the layer's explicit path: the fused kernel          ``"fused"``
+                                  (:mod:`graphattn.kernels.fused`) or the reference    or
+                                  segment-softmax ``propagate``                        ``"reference"``
+shared sources                    keys/values of all sources → batched SDPA            ``"shared_sources"``
+                                  or of the gathered slot rows only (:math:`Bk < N`)   ``"shared_slots"``
+permutation                       a gather of the values                               ``"permutation"``
+operator                          ``matvec`` on the values                             ``"operator"``
+================================  ===================================================  ==========
+
+The result is an :class:`Attended` ``(out, alpha, kernel)``; the layer exposes ``kernel`` as
+``EdgeAttention.last_kernel``. A new structure implements ``attend`` and uses only this module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, NamedTuple
+
+import torch
+from torch import Tensor, nn
+
+from graphattn.contract import ProducerContext
+
+if TYPE_CHECKING:  # pragma: no cover
+    from graphattn.edgeset import BaseEdgeSet, EdgeSet
+
+
+class Attended(NamedTuple):
+    """What an attention path returns."""
+
+    #: ``[N, H, C]`` per-head outputs (complex for complex weights)
+    out: Tensor
+    #: ``[E, H]`` (per-head edges: ``[E, 1]``) coefficients in the edge set's order, before dropout;
+    #: only from the explicit paths, and only when the call asks for them (else ``None``)
+    alpha: Tensor | None
+    #: the path that ran: ``"fused"``, ``"reference"``, ``"shared_sources"``, ``"shared_slots"``,
+    #: ``"permutation"``, ``"operator"``
+    kernel: str
+
+
+class AttentionCall:
+    r"""What an edge set's ``attend`` receives from the layer.
+
+    Args:
+        ctx: the layer's :class:`~graphattn.ProducerContext` (its projections are computed once and
+            shared with the producer).
+        heads, channels: :math:`H` and :math:`C`.
+        scale: the logit scale :math:`1/\sqrt{C}`.
+        dropout: attention dropout rate in effect (0 outside training).
+        attend_keys: whether logits are computed (layer and edge set in ``"attention"`` mode);
+            else messages are weighted only.
+        lin_key, lin_value: the layer's key and value projections (:math:`W_K` may be ``None``),
+            for rows that are not the layer's input (virtual sources, gathered slots).
+        explicit: the layer's path for explicit edges (fused kernel or reference).
+    """
+
+    def __init__(
+        self,
+        ctx: ProducerContext,
+        *,
+        heads: int,
+        channels: int,
+        scale: float,
+        dropout: float,
+        attend_keys: bool,
+        lin_key: nn.Module | None,
+        lin_value: nn.Module,
+        explicit: Callable[[EdgeSet], Attended],
+    ) -> None:
+        self.ctx = ctx
+        self.heads = heads
+        self.channels = channels
+        self.scale = scale
+        self.dropout = dropout
+        self.attend_keys = attend_keys
+        self.lin_key = lin_key
+        self.lin_value = lin_value
+        self.explicit = explicit
+
+    @property
+    def num_nodes(self) -> int:
+        return self.ctx.num_nodes
+
+    def query(self) -> Tensor | None:
+        """``[N, H, C]`` queries, ``None`` without logits."""
+        return self.ctx.query() if self.attend_keys else None
+
+    def value(self) -> Tensor:
+        """``[N, H, C]`` values of the real nodes."""
+        return self.ctx.value()
+
+    def sources(self, es: BaseEdgeSet, *, keys: bool = True) -> tuple[Tensor | None, Tensor]:
+        """``(k, v)`` of every source: the real nodes, then the edge set's virtual sources
+        (``[N + n_v, H, C]``; ``k`` is ``None`` without logits or with ``keys=False``)."""
+        H, C = self.heads, self.channels
+        k = self.ctx.key() if self.attend_keys and keys else None
+        v = self.ctx.value()
+        if es.virtual_x is not None:
+            vx = es.virtual_x.to(v.dtype)
+            v = torch.cat([v, self.lin_value(vx).view(-1, H, C)])
+            if k is not None:
+                assert self.lin_key is not None
+                k = torch.cat([k, self.lin_key(vx).view(-1, H, C)])
+        return k, v
+
+    def projections_computed(self) -> bool:
+        """Whether the keys or values of every node were already computed (e.g. by a producer)."""
+        return self.ctx.cached_projection("value") is not None or (
+            self.attend_keys and self.ctx.cached_projection("key") is not None)
+
+    def lazy(self) -> bool:
+        """Whether a projection is still lazily sized (its width unknown before the first call)."""
+        lins = [self.lin_key, self.lin_value] if self.attend_keys else [self.lin_value]
+        return any(isinstance(lin.weight, nn.parameter.UninitializedParameter)
+                   for lin in lins if lin is not None)
+
+    def project_rows(self, lin: nn.Module, rows: Tensor) -> Tensor:
+        r"""``rows [B, Hs, k, F]`` projected per head to ``[B, H, k, C]``: with ``Hs = 1`` every
+        head reads the same rows (the layer's own projection); else head :math:`h` reads its rows
+        through its slice :math:`W^{(h)}`."""
+        B, Hs, k, _ = rows.shape
+        H, C = self.heads, self.channels
+        if Hs == 1:
+            return lin(rows[:, 0]).view(B, k, H, C).transpose(1, 2)
+        out = torch.einsum("bhkf,hcf->bhkc", rows, lin.weight.view(H, C, -1))
+        return out if lin.bias is None else out + lin.bias.view(1, H, 1, C)
