@@ -207,11 +207,16 @@ class EdgeProducer(nn.Module):
         head_size: the head size the producer's edge sets need from the consuming attention, or
             ``None`` (the model's ``heads``). E.g. ``1`` for one permutation per channel
             (Sliceformer): the hybrid layer then builds ``channels`` heads of size 1.
+        virtual_sources_only: whether every edge has a virtual source (virtual nodes), so that
+            none can repeat a real edge.
     """
 
     mode: ClassVar[str] = "attention"
     name: ClassVar[str] = ""
     head_size: int | None = None
+    #: every edge this producer emits has a virtual source (``>= N``), e.g. virtual nodes: its
+    #: edges can never repeat a real edge (the ``union`` producer uses this to skip a sort)
+    virtual_sources_only: ClassVar[bool] = False
 
     def __init__(self) -> None:
         super().__init__()

@@ -47,7 +47,41 @@ class UnionProducer(EdgeProducer):
 
     def produce(self, ctx: ProducerContext) -> EdgeSet:
         sets = [p(ctx.x, ctx.batch, context=ctx) for p in self.parts]
+        split = self._static_prefix(ctx)
+        if split is not None:
+            key, n = split
+            assert ctx.edge_cache is not None
+            prefix = ctx.edge_cache.get(key)
+            if prefix is None:
+                prefix = ctx.edge_cache[key] = union_edge_sets(sets[:n], ctx.num_nodes,
+                                                               coalesce=True)
+            if prefix.virtual_x is None:  # the tail's virtual sources cannot repeat a prefix edge
+                out = union_edge_sets([prefix, *sets[n:]], ctx.num_nodes, coalesce=False)
+                out.stats = {f"part{i}.{k}": v for i, s in enumerate(sets) for k, v in s.stats.items()}
+                return out
         return union_edge_sets(sets, ctx.num_nodes, coalesce=self.coalesce)
+
+    def _static_prefix(self, ctx: ProducerContext) -> tuple[Hashable, int] | None:
+        r"""``(key, n)`` when the parts are :math:`n \ge 1` batch-only parts
+        (:meth:`~graphattn.EdgeProducer.static_key`) followed only by parts whose sources are all
+        virtual (:attr:`~graphattn.EdgeProducer.virtual_sources_only`, e.g. ``virtual``), inside a
+        model's forward pass: the coalesced union of the first :math:`n` is built once per pass
+        and shared by the layers, and each layer appends its own virtual edges, which no real edge
+        can duplicate, without sorting again. The edges, their fields and every output are those
+        of the plain union; only the order of the edges differs (each target's real in-edges, by
+        source, then its virtual ones)."""
+        if ctx.edge_cache is None or not self.coalesce:
+            return None
+        keys = []
+        for p in self.parts:
+            k = p.static_key(ctx)
+            if k is None:
+                break
+            keys.append(k)
+        n = len(keys)
+        if not 0 < n < len(self.parts) or not all(p.virtual_sources_only for p in self.parts[n:]):
+            return None
+        return ("union-prefix", tuple(keys), ctx.num_heads, ctx.num_nodes), n
 
     def extra_repr(self) -> str:
         return f"coalesce={self.coalesce}"

@@ -35,6 +35,8 @@ class VirtualNodes(EdgeProducer):
         pool (str): ``"mean"``, ``"sum"``, ``"max"`` or ``"none"`` (embeddings only).
     """
 
+    virtual_sources_only = True
+
     def __init__(self, channels: int, num_virtual: int = 1, pool: str = "mean") -> None:
         super().__init__()
         if isinstance(channels, bool) or not isinstance(channels, int) or (channels < 1 and channels != -1):

@@ -286,3 +286,39 @@ def test_virtual_nodes_size_themselves_lazily():
         p(torch.randn(7, 5), batch, num_heads=2)
     with pytest.raises(ValueError, match="'channels' must be a positive int or -1"):
         VirtualNodes(0)
+
+
+def test_union_of_batch_only_parts_and_virtual_nodes_in_a_model_pass():
+    """Inside a forward pass (``edge_cache``) ``input ∪ expander ∪ virtual`` unites the batch-only
+    parts once and appends each layer's virtual edges without sorting again: the same edges with
+    the same fields as the plain union, and the same output."""
+    from torch_geometric.data import Batch, Data
+
+    from graphattn import EdgeAttention, ProducerContext
+
+    g = torch.Generator().manual_seed(0)
+    graphs = []
+    for n in (6, 1, 9):
+        s = torch.arange(n)
+        ring = torch.stack([s, (s + 1) % n]) if n > 1 else torch.zeros(2, 0, dtype=torch.long)
+        graphs.append(Data(x=torch.randn(n, 8, generator=g), edge_index=torch.cat([ring, ring.flip(0)], 1)))
+    data = Batch.from_data_list(graphs)
+    union = build_producer({"name": "union", "producers": ["input", {"name": "expander", "degree": 2},
+                                                           {"name": "virtual", "channels": 8}]})
+    cache: dict = {}
+    ctx = ProducerContext(data.x, data.batch, data=data, edge_cache=cache, num_heads=2)
+    fast = union(data.x, data.batch, context=ctx)
+    plain = union(data.x, data.batch, data=data, num_heads=2)  # no cache: coalesce everything
+    assert any(k[0] == "union-prefix" for k in cache)
+    assert fast.stats == plain.stats
+
+    def rows(es):
+        cols = [es.edge_index[1], es.edge_index[0], es.origin]
+        return sorted(zip(*[c.tolist() for c in cols], strict=True))
+
+    assert rows(fast) == rows(plain) and len(set(rows(fast))) == fast.num_edges
+    assert torch.equal(fast.virtual_x, plain.virtual_x)
+    layer = EdgeAttention(8, 4, heads=2).double()
+    x = data.x.double()
+    torch.testing.assert_close(layer(x, fast.to(torch.float64), data.batch),
+                               layer(x, plain.to(torch.float64), data.batch), rtol=0, atol=1e-12)
