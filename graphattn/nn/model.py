@@ -366,12 +366,18 @@ class GraphTransformer(nn.Module):
                 seen[id(p)] = (p, seen.get(id(p), (p, 0))[1] + 1)
         return [p for p, uses in seen.values() if uses > 1]
 
-    def _forward(self, data: Any, generator: torch.Generator | None,
-                 signals: TrainingSignals) -> Tensor:
+    def encode_with_batch(self, data: Any) -> tuple[Tensor, Tensor | None, Tensor]:
+        """``(h, edge_attr, batch)``: :meth:`encode` and the graph of each node (one graph when
+        ``data`` has no ``batch``)."""
         h, edge_attr = self.encode(data)
         batch = getattr(data, "batch", None)
         if batch is None:
             batch = torch.zeros(h.size(0), dtype=torch.long, device=h.device)
+        return h, edge_attr, batch
+
+    def _forward(self, data: Any, generator: torch.Generator | None,
+                 signals: TrainingSignals) -> Tensor:
+        h, edge_attr, batch = self.encode_with_batch(data)
         view = DataView(data, edge_attr=edge_attr)
         edge_index = getattr(data, "edge_index", None)
         edge_cache: dict[Hashable, BaseEdgeSet] = {}  # batch-only edge sets, shared by the layers

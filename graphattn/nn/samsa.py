@@ -258,10 +258,7 @@ class SAMSATransformer(GraphTransformer):
 
     def _forward(self, data: Any, generator: torch.Generator | None,
                  signals: TrainingSignals) -> Tensor:
-        h, _ = self.encode(data)
-        batch = getattr(data, "batch", None)
-        if batch is None:
-            batch = torch.zeros(h.size(0), dtype=torch.long, device=h.device)
+        h, _, batch = self.encode_with_batch(data)
         B = graph_count(data, batch)
         alpha = self.residual_scale.to(h.dtype)
         for layer in self.layers:
