@@ -71,9 +71,11 @@ class EdgeAttention(MessagePassing):
         bias (bool): biases in the projections.
         mode (str): ``"attention"`` or ``"weighted"``.
         kernel (str): ``"auto"`` (fast path by structure; explicit edges on the fused kernel unless it
-            cannot run them: ``edge_attr``, complex weights, other dtypes, PyG explain/propagate hooks,
-            or no compiler), ``"fused"`` (explicit edges always on the fused kernel; a
-            :class:`ValueError` where it cannot run them) or ``"reference"``.
+            cannot run them: complex weights, other dtypes, ``edge_attr`` on CUDA (the Triton
+            kernel has no edge features yet), PyG explain/propagate hooks, or no compiler),
+            ``"fused"`` (explicit edges always on the fused kernel; a :class:`ValueError` where it
+            cannot run them) or ``"reference"``. Edge features on the fused kernel are added to
+            the keys and values inside it (no :math:`E \times H \times C` message tensor).
         validate (bool): validate every edge set against the nodes and the batch (cheap, O(E)).
             With ``False`` an out-of-range index still raises a :class:`ValueError` (from the
             kernel that meets it), but an edge joining two graphs goes unnoticed.
@@ -247,8 +249,13 @@ class EdgeAttention(MessagePassing):
         k, v = call.sources(es)
         N = call.num_nodes
         if self._use_fused(es, v):
+            ef = None
+            if es.edge_attr is not None:  # W_E e_ji, added to keys and values inside the kernel
+                assert self.lin_edge is not None
+                ef = self.lin_edge(es.edge_attr).view(-1, self.heads, self.out_channels)
             out, alpha = fused_explicit_attention(q, k, v, es, N, scale=self.scale,
-                                                  dropout=call.dropout, need_alpha=need_alpha)
+                                                  dropout=call.dropout, need_alpha=need_alpha,
+                                                  edge_features=ef)
             return Attended(out, alpha, "fused")
         try:
             out, alpha = self._explicit(q, k, v, es, N)
@@ -461,7 +468,8 @@ class EdgeAttention(MessagePassing):
         H = self.heads
         alpha = alpha.detach()
         if not es.per_head:
-            return alpha
+            # a head-shared weight in weighted mode gives one coefficient for every head
+            return alpha if alpha.size(1) == H else alpha.expand(-1, H).clone()
         out = alpha.new_zeros(es.num_edges, H)
         out[torch.arange(es.num_edges, device=alpha.device), es.head] = alpha[:, 0]
         return out

@@ -303,10 +303,21 @@ def blocked_rows(ops: Any, q: Tensor | None, v: Tensor, softmax: bool) -> tuple[
 
 
 # ---------------------------------------------------------------------------- autograd
-class FusedEdgeAttentionFunction(torch.autograd.Function):
-    """``(out, lse) = fused attention(q, k, v, bias, weight)`` on a :class:`FusedGraph`.
+def _features(ops: Any, ef: Tensor | None) -> tuple[Tensor | None, ...]:
+    """The trailing edge-feature argument of the C++ operators (``torch.ops.graphattn_fused``,
+    which take it, ``None`` included); the Triton operators take none (edge features run on the
+    CPU kernel only: :func:`unsupported_reason`)."""
+    if isinstance(ops, torch._ops._OpNamespace):
+        return (ef,)
+    assert ef is None, "edge features are not supported by this backend"
+    return ()
 
-    ``lse`` (log-sum-exp per row and head, ``-inf`` for empty rows) is not differentiable.
+
+class FusedEdgeAttentionFunction(torch.autograd.Function):
+    """``(out, lse) = fused attention(q, k, v, bias, weight, f)`` on a :class:`FusedGraph`.
+
+    ``f [E, H, D]`` (optional) are per-edge features added to keys and values. ``lse`` (log-sum-exp
+    per row and head, ``-inf`` for empty rows) is not differentiable.
     """
 
     @staticmethod
@@ -321,18 +332,19 @@ class FusedEdgeAttentionFunction(torch.autograd.Function):
         scale: float,
         softmax: bool,
         ops: Any,
+        ef: Tensor | None = None,
     ) -> Tensor:
         qq = q if softmax else v
         kk = k if softmax else v
-        blocks = blocked_rows(ops, q, v, softmax)
+        blocks = blocked_rows(ops, q, v, softmax) if ef is None else None
         if blocks is not None:
             ids = bias is not None or weight is not None
             layout = graph.blocked_layout(blocks[0], by_target=True, edge_ids=ids)
             out, lse = ops.blocked_forward(qq, kk, v, *layout, bias, weight, scale)
         else:
             out, lse = ops.forward(qq, kk, v, graph.rowptr, graph.col, graph.eid, bias, weight,
-                                   scale, softmax)
-        ctx.save_for_backward(qq, kk, v, bias, weight, out, lse)
+                                   scale, softmax, *_features(ops, ef))
+        ctx.save_for_backward(qq, kk, v, bias, weight, out, lse, ef)
         ctx.graph, ctx.scale, ctx.softmax, ctx.ops = graph, scale, softmax, ops
         ctx.blocks = blocks
         ctx.mark_non_differentiable(lse)
@@ -341,14 +353,15 @@ class FusedEdgeAttentionFunction(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx: Any, dout: Tensor, _dlse: Tensor | None) -> tuple[Tensor | None, ...]:
-        q, k, v, bias, weight, out, lse = ctx.saved_tensors
+        q, k, v, bias, weight, out, lse, ef = ctx.saved_tensors
         graph, ops, softmax, scale = ctx.graph, ctx.ops, ctx.softmax, ctx.scale
         need_q, need_k, need_v, need_b, need_w = ctx.needs_input_grad[:5]
+        need_f = ef is not None and ctx.needs_input_grad[9]
         dout = dout.contiguous()
-        dq = dbias = dweight = dk = dv = None
+        dq = dbias = dweight = dk = dv = def_ = None
         dterm = None
         blocks, ids = ctx.blocks, bias is not None or weight is not None
-        if (softmax and need_q) or need_b or need_w:
+        if (softmax and need_q) or need_b or need_w or need_f:
             if blocks is not None:  # over the forward's layout (blocks of sources)
                 layout = graph.blocked_layout(blocks[0], by_target=True, edge_ids=ids)
                 dq, dbias, dweight, dterm = ops.blocked_backward_dst(
@@ -356,10 +369,12 @@ class FusedEdgeAttentionFunction(torch.autograd.Function):
                     bool(need_b), bool(need_w),
                 )
             else:
-                dq, dbias, dweight, dterm = ops.backward_dst(
+                dq, dbias, dweight, dterm, *rest = ops.backward_dst(
                     q, k, v, out, dout, lse, graph.rowptr, graph.col, graph.eid, bias, weight,
                     scale, softmax, bool(need_q), bool(need_b), bool(need_w),
+                    *((ef, bool(need_f)) if _features(ops, ef) else ()),
                 )
+                def_ = rest[0] if rest else None
         if (softmax and need_k) or need_v:
             if dterm is None:  # no destination pass ran: Dterm_i = dO_i . o_i directly
                 # in lse's (accumulation) dtype, as the destination pass: fp32 for fp16 / bf16
@@ -374,10 +389,10 @@ class FusedEdgeAttentionFunction(torch.autograd.Function):
             else:
                 dk, dv = ops.backward_src(
                     q, k, v, dout, lse, dterm, *graph.csc(), bias, weight, scale, softmax,
-                    bool(need_k), bool(need_v),
+                    bool(need_k), bool(need_v), *_features(ops, ef),
                 )
         return (dq if softmax else None, dk if softmax else None, dv, dbias, dweight,
-                None, None, None, None)
+                None, None, None, None, def_)
 
 
 def _ops_and_scale(x: Tensor, backend: str | None, scale: float | None) -> tuple[Any, float]:
@@ -402,8 +417,10 @@ def fused_attention(
     softmax: bool = True,
     backend: str | None = None,
     return_lse: bool = False,
+    edge_features: Tensor | None = None,
 ) -> Tensor | tuple[Tensor, Tensor]:
-    """Fused attention of the rows of ``graph`` (differentiable in ``q, k, v, bias, weight``).
+    """Fused attention of the rows of ``graph`` (differentiable in ``q, k, v, bias, weight`` and
+    ``edge_features``).
 
     Args:
         q: ``[R, H, D]`` queries of the target rows (``None`` if ``softmax=False``).
@@ -413,6 +430,9 @@ def fused_attention(
         scale: logit scale (default ``D ** -0.5``).
         softmax: ``False`` for the weighted mode (:math:`o_i = \\sum_e w_e v_j`).
         backend: ``"cpu"`` / ``"triton"`` (default: by device).
+        edge_features: ``[E, H, D]`` in edge-set order, added to the keys and values of each edge
+            (:math:`k_j + f_e`, :math:`v_j + f_e`; TransformerConv's projected edge features),
+            never gathered into an :math:`E \times H \times D` message tensor. CPU kernel only.
 
     Returns ``out [R, H, D]`` (and ``lse [R, H]`` with ``return_lse``).
     """
@@ -422,7 +442,9 @@ def fused_attention(
     k = None if k is None else k.contiguous()
     bias = None if bias is None else bias.to(v.dtype).contiguous()
     weight = None if weight is None else weight.to(v.dtype).contiguous()
-    out, lse = FusedEdgeAttentionFunction.apply(q, k, v, bias, weight, graph, scale, softmax, ops)
+    ef = None if edge_features is None else edge_features.to(v.dtype).contiguous()
+    out, lse = FusedEdgeAttentionFunction.apply(q, k, v, bias, weight, graph, scale, softmax, ops,
+                                                ef)
     return (out, lse) if return_lse else out
 
 
@@ -435,6 +457,7 @@ def attention_probs(
     bias: Tensor | None = None,
     scale: float | None = None,
     backend: str | None = None,
+    edge_features: Tensor | None = None,
 ) -> Tensor:
     """Softmax coefficients ``p [E, H]`` (edge-set order) of every edge given the forward's
     ``lse``, without gradient."""
@@ -442,7 +465,9 @@ def attention_probs(
     with torch.no_grad():
         q, k = q.detach().contiguous(), k.detach().contiguous()
         b = None if bias is None else bias.detach().to(q.dtype).contiguous()
-        return ops.probs(q, k, lse.contiguous(), graph.rowptr, graph.col, graph.eid, b, scale)
+        ef = None if edge_features is None else edge_features.detach().to(q.dtype).contiguous()
+        return ops.probs(q, k, lse.contiguous(), graph.rowptr, graph.col, graph.eid, b, scale,
+                         *_features(ops, ef))
 
 
 # ------------------------------------------------------------------ the layer's explicit path
@@ -450,8 +475,8 @@ def unsupported_reason(es: Any, v: Tensor, backend: str | None) -> str | None:
     """Why the fused kernel cannot run this explicit edge set (``None``: it can)."""
     if backend is None:
         return f"no fused kernel for {v.device.type} tensors"
-    if es.edge_attr is not None:
-        return "edge features (edge_attr) are added to keys and values per edge"
+    if es.edge_attr is not None and backend != "cpu":
+        return "edge features (edge_attr) run on the CPU kernel only"
     if es.weight is not None and es.weight.is_complex():
         return "complex weights"
     if v.dtype not in fused_dtypes(backend):
@@ -479,11 +504,14 @@ def fused_explicit_attention(
     dropout: float = 0.0,
     need_alpha: bool = False,
     backend: str | None = None,
+    edge_features: Tensor | None = None,
 ) -> tuple[Tensor, Tensor | None]:
     """:class:`~graphattn.EdgeAttention`'s explicit path on the fused kernel.
 
     ``q [N, H, C]`` (``None`` in weighted mode), ``k, v [S, H, C]`` (real then virtual sources),
-    ``es`` an explicit edge set. ``dropout`` > 0 draws a mask (see :func:`dropout_mask`). Returns
+    ``es`` an explicit edge set, ``edge_features`` (optional) ``[E, H, C]`` its projected edge
+    features (per-head edges: each edge's own head is used). ``dropout`` > 0 draws a mask (see
+    :func:`dropout_mask`). Returns
     ``(out [N, H, C], alpha)`` where ``alpha`` (if ``need_alpha``) is the coefficient of ``v_j``
     before dropout in edge-set order: ``[E, H]``, or ``[E, 1]`` for per-head edges.
     """
@@ -496,6 +524,9 @@ def fused_explicit_attention(
         q = None if q is None else q.reshape(N * H, 1, C)
         k = None if k is None else k.reshape(S * H, 1, C)
         v = v.reshape(S * H, 1, C)
+        if edge_features is not None:  # each edge's own head
+            rows = torch.arange(graph.num_edges, device=v.device)
+            edge_features = edge_features[rows, es.head][:, None]
     Hk = v.size(1)
     bias = es.bias if softmax else None
     weight = es.weight
@@ -504,12 +535,14 @@ def fused_explicit_attention(
         mask = dropout_mask(graph.num_edges, Hk, dropout, v)
         w_eff = mask if weight is None else (weight if weight.dim() == 2 else weight[:, None]) * mask
     out, lse = fused_attention(q, k, v, graph, bias=bias, weight=w_eff, scale=scale,
-                               softmax=softmax, backend=backend, return_lse=True)
+                               softmax=softmax, backend=backend, return_lse=True,
+                               edge_features=edge_features)
     alpha = None
     if need_alpha:
         if softmax:
             assert q is not None and k is not None
-            alpha = attention_probs(q, k, lse, graph, bias=bias, scale=scale, backend=backend)
+            alpha = attention_probs(q, k, lse, graph, bias=bias, scale=scale, backend=backend,
+                                    edge_features=edge_features)
         else:
             alpha = v.new_ones(graph.num_edges, Hk)
         if weight is not None:

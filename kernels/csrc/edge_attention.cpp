@@ -5,9 +5,12 @@
 // the caller's edge id, used to read bias / weight and to write their gradients in the caller's
 // order). Per-head edge sets are handled by the caller as virtual rows (target * H + head, H = 1).
 //
-//   SDDMM     s_e   = scale * q_i . k_j + b_e
+//   SDDMM     s_e   = scale * q_i . (k_j + f_e) + b_e
 //   softmax   p_e   = exp(s_e - lse_i),  lse_i = log sum_{e -> i} exp(s_e)
-//   SpMM      o_i   = sum_{e -> i} p_e w_e v_j            (softmax = false: p_e = 1)
+//   SpMM      o_i   = sum_{e -> i} p_e w_e (v_j + f_e)    (softmax = false: p_e = 1)
+// f [E, H, D] are optional per-edge features added to keys and values (TransformerConv's
+// W_E e_ji; f = 0 without them), read by edge id like bias and weight; their gradient
+// df_e = scale ds_e q_i + p_e w_e dO_i is written by the destination pass, once per edge.
 //
 // Forward: one row (target) at a time, two passes over its edges with a deg x H scratch (scores,
 // then exp and the weighted sum of values); writes o and lse (-inf for a row without edges; o = 0).
@@ -94,8 +97,8 @@ inline void axpy(T* acc, T c, const T* x, int64_t Drt) {
 // ------------------------------------------------------------------------------------- forward
 template <typename T, int DT>
 void forward_impl(const T* q, const T* k, const T* v, const int32_t* rowptr, const int32_t* col,
-                  const int32_t* eid, EdgeField<T> bias, EdgeField<T> weight, T* out, T* lse,
-                  int64_t R, int64_t H, int64_t Drt, T scale, bool softmax) {
+                  const int32_t* eid, EdgeField<T> bias, EdgeField<T> weight, const T* ef, T* out,
+                  T* lse, int64_t R, int64_t H, int64_t Drt, T scale, bool softmax) {
   const int64_t D = DT > 0 ? DT : Drt;
   const int64_t HD = H * D;
   parallel_rows(rowptr, R, [&](int64_t r0, int64_t r1) {
@@ -118,6 +121,11 @@ void forward_impl(const T* q, const T* k, const T* v, const int32_t* rowptr, con
           head_dots<DT>(qi, k + j * HD, c + t, deg, H, D);
         };
         for_each_entry(col, e0, deg, e_end, score, gathered(k, HD), gathered(v, HD));
+        if (ef != nullptr)  // q_i . f_e
+          for (int64_t t = 0; t < deg; ++t) {
+            const T* ft = ef + static_cast<int64_t>(eid[e0 + t]) * HD;
+            for (int64_t h = 0; h < H; ++h) c[h * deg + t] += dot<DT>(qi + h * D, ft + h * D, D);
+          }
         // softmax numerators exp(s - m) and their sums
         for (int64_t h = 0; h < H; ++h) {
           T* ch = c + h * deg;
@@ -152,6 +160,11 @@ void forward_impl(const T* q, const T* k, const T* v, const int32_t* rowptr, con
         const T* vj = v + static_cast<int64_t>(col[e]) * HD;
         for (int64_t h = 0; h < H; ++h)
           axpy<DT>(acc.data() + h * D, c[h * deg + (e - e0)], vj + h * D, D);
+        if (ef != nullptr) {
+          const T* fe = ef + static_cast<int64_t>(eid[e]) * HD;
+          for (int64_t h = 0; h < H; ++h)
+            axpy<DT>(acc.data() + h * D, c[h * deg + (e - e0)], fe + h * D, D);
+        }
       }
       for (int64_t h = 0; h < H; ++h) {
         const T inv = softmax ? T(1) / l[h] : T(1);
@@ -165,9 +178,9 @@ void forward_impl(const T* q, const T* k, const T* v, const int32_t* rowptr, con
 template <typename T, int DT>
 void backward_dst_impl(const T* q, const T* k, const T* v, const T* out, const T* dout, const T* lse,
                        const int32_t* rowptr, const int32_t* col, const int32_t* eid,
-                       EdgeField<T> bias, EdgeField<T> weight, T* dq, EdgeField<T> dbias,
-                       EdgeField<T> dweight, T* dterm, int64_t R, int64_t H, int64_t Drt, T scale,
-                       bool softmax) {
+                       EdgeField<T> bias, EdgeField<T> weight, const T* ef, T* dq,
+                       EdgeField<T> dbias, EdgeField<T> dweight, T* def, T* dterm, int64_t R,
+                       int64_t H, int64_t Drt, T scale, bool softmax) {
   const int64_t D = DT > 0 ? DT : Drt;
   const int64_t HD = H * D;
   parallel_rows(rowptr, R, [&](int64_t r0, int64_t r1) {
@@ -191,10 +204,27 @@ void backward_dst_impl(const T* q, const T* k, const T* v, const T* out, const T
       };
       // the keys only for softmax (a row of width 0 is not prefetched)
       for_each_entry(col, e0, deg, e_end, dots, gathered(k, softmax ? HD : 0), gathered(v, HD));
-      if (!softmax) {  // weighted mode: dweight = g
+      if (ef != nullptr)  // dO_i . f_e and q_i . f_e
+        for (int64_t t = 0; t < deg; ++t) {
+          const T* ft = ef + static_cast<int64_t>(eid[e0 + t]) * HD;
+          for (int64_t h = 0; h < H; ++h) {
+            g[h * deg + t] += dot<DT>(doi + h * D, ft + h * D, D);
+            if (softmax) s[h * deg + t] += dot<DT>(qi + h * D, ft + h * D, D);
+          }
+        }
+      if (!softmax) {  // weighted mode: dweight = g, df_e = w_e dO_i
         if (dweight.on())
           for (int64_t h = 0; h < H; ++h)
             for (int64_t t = 0; t < deg; ++t) dweight.ref(eid[e0 + t], h) += g[h * deg + t];
+        if (def != nullptr)
+          for (int64_t t = 0; t < deg; ++t) {
+            const int64_t uid = eid[e0 + t];
+            for (int64_t h = 0; h < H; ++h) {
+              const T w = weight.on() ? weight.at(uid, h) : T(1);
+              T* dfe = def + uid * HD + h * D;
+              for (int64_t d = 0; d < D; ++d) dfe[d] = w * doi[h * D + d];
+            }
+          }
         continue;
       }
       for (int64_t h = 0; h < H; ++h) {
@@ -215,6 +245,11 @@ void backward_dst_impl(const T* q, const T* k, const T* v, const T* out, const T
           const T ds = p * (w * gh[t] - Dt);
           if (dbias.on()) dbias.ref(uid, h) += ds;
           gh[t] = ds * scale;
+          if (def != nullptr) {  // df_e = scale ds q_i + p w dO_i
+            T* dfe = def + uid * HD + h * D;
+            const T pw = p * w;
+            for (int64_t d = 0; d < D; ++d) dfe[d] = gh[t] * qi[h * D + d] + pw * doi[h * D + d];
+          }
         }
       }
       if (dq != nullptr) {
@@ -223,6 +258,11 @@ void backward_dst_impl(const T* q, const T* k, const T* v, const T* out, const T
           const T* kj = k + static_cast<int64_t>(col[e]) * HD;
           for (int64_t h = 0; h < H; ++h)
             axpy<DT>(dqa.data() + h * D, g[h * deg + (e - e0)], kj + h * D, D);
+          if (ef != nullptr) {
+            const T* fe = ef + static_cast<int64_t>(eid[e]) * HD;
+            for (int64_t h = 0; h < H; ++h)
+              axpy<DT>(dqa.data() + h * D, g[h * deg + (e - e0)], fe + h * D, D);
+          }
         }
         std::copy(dqa.begin(), dqa.end(), dq + i * HD);
       }
@@ -234,8 +274,9 @@ void backward_dst_impl(const T* q, const T* k, const T* v, const T* out, const T
 template <typename T, int DT>
 void backward_src_impl(const T* q, const T* k, const T* v, const T* dout, const T* lse,
                        const T* dterm, const int32_t* colptr, const int32_t* crow,
-                       const int32_t* cuid, EdgeField<T> bias, EdgeField<T> weight, T* dk, T* dv,
-                       int64_t R, int64_t S, int64_t H, int64_t Drt, T scale, bool softmax) {
+                       const int32_t* cuid, EdgeField<T> bias, EdgeField<T> weight, const T* ef,
+                       T* dk, T* dv, int64_t R, int64_t S, int64_t H, int64_t Drt, T scale,
+                       bool softmax) {
   const int64_t D = DT > 0 ? DT : Drt;
   const int64_t HD = H * D;
   // (lse, Dterm) of each target row side by side: one cache line per gathered row
@@ -266,6 +307,13 @@ void backward_src_impl(const T* q, const T* k, const T* v, const T* dout, const 
           const auto logits = [&](int64_t t, int64_t i) {
             head_dots<DT>(q + i * HD, kj, tmp.data(), 1, H, D);
             if (dk != nullptr) head_dots<DT>(dout + i * HD, vj, ds + t, n, H, D);
+            if (ef != nullptr) {  // q_i . f_e and dO_i . f_e
+              const T* fe = ef + static_cast<int64_t>(cuid[c0 + t]) * HD;
+              for (int64_t h = 0; h < H; ++h) {
+                tmp[h] += dot<DT>(q + i * HD + h * D, fe + h * D, D);
+                if (dk != nullptr) ds[h * n + t] += dot<DT>(dout + i * HD + h * D, fe + h * D, D);
+              }
+            }
             for (int64_t h = 0; h < H; ++h) {
               T sc = tmp[h] * scale;
               if (bias.on()) sc += bias.at(cuid[c0 + t], h);
@@ -310,8 +358,8 @@ void backward_src_impl(const T* q, const T* k, const T* v, const T* dout, const 
 // ------------------------------------------------------------------- attention probabilities
 template <typename T, int DT>
 void probs_impl(const T* q, const T* k, const T* lse, const int32_t* rowptr, const int32_t* col,
-                const int32_t* eid, EdgeField<T> bias, T* p, int64_t R, int64_t H, int64_t Drt,
-                T scale) {
+                const int32_t* eid, EdgeField<T> bias, const T* ef, T* p, int64_t R, int64_t H,
+                int64_t Drt, T scale) {
   const int64_t D = DT > 0 ? DT : Drt;
   const int64_t HD = H * D;
   parallel_rows(rowptr, R, [&](int64_t r0, int64_t r1) {
@@ -321,7 +369,9 @@ void probs_impl(const T* q, const T* k, const T* lse, const int32_t* rowptr, con
         const T* kj = k + static_cast<int64_t>(col[e]) * HD;
         const int64_t uid = eid[e];
         for (int64_t h = 0; h < H; ++h) {
-          T sc = dot<DT>(qi + h * D, kj + h * D, D) * scale;
+          T dots = dot<DT>(qi + h * D, kj + h * D, D);
+          if (ef != nullptr) dots += dot<DT>(qi + h * D, ef + uid * HD + h * D, D);
+          T sc = dots * scale;
           if (bias.on()) sc += bias.at(uid, h);
           p[uid * H + h] = fast_exp(sc - lse[i * H + h]);
         }
@@ -356,6 +406,14 @@ void check_fields(const OptTensor& bias, const OptTensor& weight, int64_t E, int
   graphattn_csrc::check_edge(kKernel, weight, E, H, ref.scalar_type(), "weight", expected);
 }
 
+// Edge features: [E, H, D] contiguous, of ref's dtype.
+void check_features(const OptTensor& ef, int64_t E, const Tensor& ref) {
+  if (!present(ef)) return;
+  TORCH_CHECK(ef->scalar_type() == ref.scalar_type() && ef->is_contiguous() && ef->dim() == 3 &&
+                  ef->size(0) == E && ef->size(1) == ref.size(1) && ef->size(2) == ref.size(2),
+              "graphattn fused: edge features must be a contiguous [E, H, D] tensor like v");
+}
+
 // ---------------------------------------------------------------------------------- operators
 // Runs the lambda __VA_ARGS__ with `scalar_t` the floating dtype TYPE and `constexpr int DT` the
 // head dimension D (GA_DISPATCH_D).
@@ -365,7 +423,7 @@ void check_fields(const OptTensor& bias, const OptTensor& weight, int64_t E, int
 std::tuple<Tensor, Tensor> forward(const Tensor& q, const Tensor& k, const Tensor& v,
                                    const Tensor& rowptr, const Tensor& col, const Tensor& eid,
                                    const OptTensor& bias, const OptTensor& weight, double scale,
-                                   bool softmax) {
+                                   bool softmax, const OptTensor& ef) {
   check_graph(rowptr, col, eid);
   check_nodes(v, v, "v");
   const int64_t R = rowptr.numel() - 1, H = v.size(1), D = v.size(2), E = col.numel();
@@ -376,6 +434,7 @@ std::tuple<Tensor, Tensor> forward(const Tensor& q, const Tensor& k, const Tenso
     TORCH_CHECK(k.size(0) == v.size(0), "graphattn fused: k and v differ in rows");
   }
   check_fields(bias, weight, E, H, v);
+  check_features(ef, E, v);
   Tensor out = at::empty({R, H, D}, v.options());
   Tensor lse = at::empty({R, H}, v.options());
   GA_DISPATCH_FLOATING_D(v.scalar_type(), "graphattn_fused_forward", D, [&] {
@@ -383,17 +442,18 @@ std::tuple<Tensor, Tensor> forward(const Tensor& q, const Tensor& k, const Tenso
                                v.data_ptr<scalar_t>(), rowptr.data_ptr<int32_t>(),
                                col.data_ptr<int32_t>(), eid.data_ptr<int32_t>(),
                                EdgeField<scalar_t>(bias, H), EdgeField<scalar_t>(weight, H),
+                               present(ef) ? ef->data_ptr<scalar_t>() : nullptr,
                                out.data_ptr<scalar_t>(), lse.data_ptr<scalar_t>(), R, H, D,
                                static_cast<scalar_t>(scale), softmax);
   });
   return {out, lse};
 }
 
-std::tuple<Tensor, Tensor, Tensor, Tensor> backward_dst(
+std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> backward_dst(
     const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& dout,
     const Tensor& lse, const Tensor& rowptr, const Tensor& col, const Tensor& eid,
     const OptTensor& bias, const OptTensor& weight, double scale, bool softmax, bool need_dq,
-    bool need_dbias, bool need_dweight) {
+    bool need_dbias, bool need_dweight, const OptTensor& ef, bool need_def) {
   check_graph(rowptr, col, eid);
   check_nodes(v, v, "v");
   check_nodes(out, v, "out");
@@ -409,6 +469,9 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> backward_dst(
   Tensor dq = need_dq && softmax ? at::empty_like(q) : Tensor();
   Tensor dbias = zeros_if(need_dbias, bias);
   Tensor dweight = zeros_if(need_dweight, weight);
+  check_features(ef, E, v);
+  // every edge of a row writes its own df_e; edges in no row (none here) would keep the zeros
+  Tensor def = need_def && present(ef) ? at::zeros_like(*ef) : Tensor();
   Tensor dterm = at::empty({R, H}, v.options());
   GA_DISPATCH_FLOATING_D(v.scalar_type(), "graphattn_fused_backward_dst", D, [&] {
     backward_dst_impl<scalar_t, DT>(
@@ -416,11 +479,12 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> backward_dst(
         out.data_ptr<scalar_t>(), dout.data_ptr<scalar_t>(), lse.data_ptr<scalar_t>(),
         rowptr.data_ptr<int32_t>(), col.data_ptr<int32_t>(), eid.data_ptr<int32_t>(),
         EdgeField<scalar_t>(bias, H), EdgeField<scalar_t>(weight, H),
-        data_or_null<scalar_t>(dq), EdgeField<scalar_t>(dbias, H),
-        EdgeField<scalar_t>(dweight, H), dterm.data_ptr<scalar_t>(), R, H, D,
+        present(ef) ? ef->data_ptr<scalar_t>() : nullptr, data_or_null<scalar_t>(dq),
+        EdgeField<scalar_t>(dbias, H), EdgeField<scalar_t>(dweight, H),
+        data_or_null<scalar_t>(def), dterm.data_ptr<scalar_t>(), R, H, D,
         static_cast<scalar_t>(scale), softmax);
   });
-  return {dq, dbias, dweight, dterm};
+  return {dq, dbias, dweight, dterm, def};
 }
 
 std::tuple<Tensor, Tensor> backward_src(const Tensor& q, const Tensor& k, const Tensor& v,
@@ -428,7 +492,7 @@ std::tuple<Tensor, Tensor> backward_src(const Tensor& q, const Tensor& k, const 
                                         const Tensor& colptr, const Tensor& crow,
                                         const Tensor& cuid, const OptTensor& bias,
                                         const OptTensor& weight, double scale, bool softmax,
-                                        bool need_dk, bool need_dv) {
+                                        bool need_dk, bool need_dv, const OptTensor& ef) {
   check_graph(colptr, crow, cuid);
   check_nodes(v, v, "v");
   check_nodes(dout, v, "dout");
@@ -442,6 +506,7 @@ std::tuple<Tensor, Tensor> backward_src(const Tensor& q, const Tensor& k, const 
                 "graphattn fused: bad q / k / lse / dterm rows");
   }
   check_fields(bias, weight, E, H, v);
+  check_features(ef, E, v);
   Tensor dk = need_dk && softmax ? at::empty_like(k) : Tensor();
   Tensor dv = need_dv ? at::empty_like(v) : Tensor();
   if (!dk.defined() && !dv.defined()) return {dk, dv};
@@ -451,25 +516,30 @@ std::tuple<Tensor, Tensor> backward_src(const Tensor& q, const Tensor& k, const 
         dout.data_ptr<scalar_t>(), lse.data_ptr<scalar_t>(), dterm.data_ptr<scalar_t>(),
         colptr.data_ptr<int32_t>(), crow.data_ptr<int32_t>(), cuid.data_ptr<int32_t>(),
         EdgeField<scalar_t>(bias, H), EdgeField<scalar_t>(weight, H),
-        data_or_null<scalar_t>(dk), data_or_null<scalar_t>(dv), dout.size(0), S, H, D,
+        present(ef) ? ef->data_ptr<scalar_t>() : nullptr, data_or_null<scalar_t>(dk),
+        data_or_null<scalar_t>(dv), dout.size(0), S, H, D,
         static_cast<scalar_t>(scale), softmax);
   });
   return {dk, dv};
 }
 
 Tensor probs(const Tensor& q, const Tensor& k, const Tensor& lse, const Tensor& rowptr,
-             const Tensor& col, const Tensor& eid, const OptTensor& bias, double scale) {
+             const Tensor& col, const Tensor& eid, const OptTensor& bias, double scale,
+             const OptTensor& ef) {
   check_graph(rowptr, col, eid);
   check_nodes(q, q, "q");
   check_nodes(k, q, "k");
   const int64_t R = rowptr.numel() - 1, H = q.size(1), D = q.size(2), E = col.numel();
   check_fields(bias, std::nullopt, E, H, q);
+  check_features(ef, E, q);
   Tensor p = at::empty({E, H}, q.options());
   GA_DISPATCH_FLOATING_D(q.scalar_type(), "graphattn_fused_probs", D, [&] {
     probs_impl<scalar_t, DT>(q.data_ptr<scalar_t>(), k.data_ptr<scalar_t>(),
                              lse.data_ptr<scalar_t>(), rowptr.data_ptr<int32_t>(),
                              col.data_ptr<int32_t>(), eid.data_ptr<int32_t>(),
-                             EdgeField<scalar_t>(bias, H), p.data_ptr<scalar_t>(), R, H, D,
+                             EdgeField<scalar_t>(bias, H),
+                             present(ef) ? ef->data_ptr<scalar_t>() : nullptr,
+                             p.data_ptr<scalar_t>(), R, H, D,
                              static_cast<scalar_t>(scale));
   });
   return p;

@@ -396,12 +396,18 @@ def test_auto_uses_fused_kernel_where_it_applies():
     src, dst = random_graph(N, 40, seed=14)
     layer(x, torch.stack([src, dst]))
     assert layer.last_kernel == "fused"
-    # edge features → the reference path under "auto", an error under "fused"
+    # edge features run inside the CPU kernel too
     layer(x, torch.stack([src, dst]), edge_attr=torch.randn(src.numel(), 3, dtype=torch.float64))
-    assert layer.last_kernel == "reference"
-    layer.kernel = "fused"
-    with pytest.raises(ValueError, match="edge_attr"):
-        layer(x, torch.stack([src, dst]), edge_attr=torch.randn(src.numel(), 3, dtype=torch.float64))
+    assert layer.last_kernel == "fused"
+    # complex weights → the reference path under "auto", an error under "fused"
+    cw = EdgeSet(torch.stack([src, dst]), num_heads=H, mode="weighted",
+                 weight=torch.randn(src.numel(), dtype=torch.complex128))
+    weighted = EdgeAttention(6, 4, heads=H, mode="weighted").double()
+    weighted(x, cw)
+    assert weighted.last_kernel == "reference"
+    weighted.kernel = "fused"
+    with pytest.raises(ValueError, match="complex"):
+        weighted(x, cw)
     # PyG message hooks need propagate → the reference path
     layer.kernel = "auto"
     handle = layer.register_message_forward_hook(lambda *a: None)
@@ -486,3 +492,87 @@ def test_gradients_of_some_inputs_only(H, wanted, device):
     assert len(grads) == len(wanted)
     for g, r in zip(grads, ref_grads, strict=True):
         torch.testing.assert_close(g.double(), r, rtol=1e-4, atol=1e-4)
+
+
+# ------------------------------------------------------------------- edge features in the kernel
+@pytest.mark.parametrize("mode", ["attention", "weighted"])
+@pytest.mark.parametrize("per_head", [False, True])
+@pytest.mark.parametrize("fields", [False, True])
+def test_edge_features_in_the_fused_kernel_match_the_reference(mode, per_head, fields):
+    """``k_j + W_E e_ji`` and ``v_j + W_E e_ji`` inside the CPU kernel: outputs, attention weights
+    and every gradient (x, W_Q, W_K, W_V, W_E, bias, weight) equal the float64 reference path."""
+    N, H, C, F_E = 14, 3, 4, 5
+    fused_layer, ref_layer = twin_layers(H=H, C=C, edge_dim=F_E, mode=mode)
+    g = torch.Generator().manual_seed(21)
+    if per_head:
+        src, dst, head = per_head_graph(N, 60, H, seed=22)
+    else:
+        (src, dst), head = random_graph(N, 60, seed=22), None
+    E = src.numel()
+    extra = {}
+    if fields:
+        if mode == "attention":
+            extra["bias"] = torch.randn(E, generator=g, dtype=torch.float64).requires_grad_()
+        extra["weight"] = (torch.rand(E, generator=g, dtype=torch.float64) + 0.5).requires_grad_()
+    attr = torch.randn(E, F_E, generator=g, dtype=torch.float64).requires_grad_()
+    es = EdgeSet(torch.stack([src, dst]), head=head, num_heads=H, mode=mode, edge_attr=attr, **extra)
+    x = torch.randn(N, 6, generator=g, dtype=torch.float64)
+    results = []
+    for layer in (fused_layer, ref_layer):
+        xi = x.clone().requires_grad_()
+        leaves = [xi, attr, *extra.values(), *layer.parameters()]
+        out, (_, alpha) = layer(xi, es, return_attention_weights=True)
+        assert layer.last_kernel == ("fused" if layer is fused_layer else "reference")
+        out_plain = layer(xi, es)  # without attention weights: the kernel path alone
+        loss = (out_plain * torch.linspace(-1, 1, out_plain.numel(), dtype=torch.float64)
+                .view_as(out_plain)).sum()
+        grads = torch.autograd.grad(loss, leaves, allow_unused=True)
+        results.append((out, alpha, grads))
+    (out, alpha, grads), (rout, ralpha, rgrads) = results
+    torch.testing.assert_close(out, rout, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(alpha, ralpha, rtol=1e-10, atol=1e-12)
+    for a, b in zip(grads, rgrads, strict=True):
+        assert (a is None) == (b is None)
+        if a is not None:
+            torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-11)
+
+
+def test_edge_feature_gradients_pass_gradcheck():
+    N, H, C = 7, 2, 3
+    src, dst = random_graph(N, 25, seed=31)
+    graph = build_graph(torch.stack([src, dst]), N, N)
+    q, k, v, bias, weight = inputs(N, H, C, src.numel(), seed=32)
+    ef = torch.randn(src.numel(), H, C, dtype=torch.float64).requires_grad_()
+
+    def fn(q, k, v, bias, weight, ef):
+        return fused_attention(q, k, v, graph, bias=bias, weight=weight, edge_features=ef)
+
+    assert torch.autograd.gradcheck(fn, (q, k, v, bias, weight, ef))
+    # weighted mode: o_i = sum w (v_j + f_e)
+    assert torch.autograd.gradcheck(
+        lambda v, weight, ef: fused_attention(None, None, v, graph, weight=weight, softmax=False,
+                                              edge_features=ef), (v, weight, ef))
+
+
+def test_edge_features_match_pyg_transformer_conv():
+    """The layer with ``edge_dim`` is PyG's ``TransformerConv(edge_dim=...)`` (without its root
+    weight) with the same weights, on the fused kernel."""
+    from torch_geometric.nn import TransformerConv
+
+    N, H, C, F, F_E = 15, 2, 4, 6, 3
+    torch.manual_seed(41)
+    conv = TransformerConv(F, C, heads=H, edge_dim=F_E, root_weight=False).double()
+    layer = EdgeAttention(F, C, heads=H, edge_dim=F_E).double()
+    for name in ("lin_query", "lin_key", "lin_value", "lin_edge"):
+        getattr(layer, name).load_state_dict(getattr(conv, name).state_dict())
+    src, dst = random_graph(N, 70, seed=42)
+    ei = torch.stack([src, dst])
+    x = torch.randn(N, F, dtype=torch.float64, requires_grad=True)
+    attr = torch.randn(src.numel(), F_E, dtype=torch.float64)
+    ours = layer(x, ei, edge_attr=attr)
+    assert layer.last_kernel == "fused"
+    theirs = conv(x, ei, edge_attr=attr)
+    torch.testing.assert_close(ours, theirs, rtol=1e-10, atol=1e-12)
+    (gx,) = torch.autograd.grad(ours.sum(), x)
+    (rx,) = torch.autograd.grad(theirs.sum(), x)
+    torch.testing.assert_close(gx, rx, rtol=1e-9, atol=1e-11)
