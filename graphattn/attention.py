@@ -13,7 +13,13 @@ from torch_geometric.nn import Linear, MessagePassing
 from torch_geometric.utils import segment
 
 from graphattn import tracing as _trace
-from graphattn.checks import check_channels, check_node_features, check_positive_int, check_rate
+from graphattn.checks import (
+    check_channels,
+    check_node_features,
+    check_positive_int,
+    check_rate,
+    inputs_are_checked,
+)
 from graphattn.contract import EdgeProducer, ProducerContext
 from graphattn.dispatch import Attended, AttentionCall
 from graphattn.edgeset import MODES, BaseEdgeSet, EdgeSet, as_edge_set
@@ -284,9 +290,12 @@ class EdgeAttention(MessagePassing):
             raise ValueError(f"'batch' must have dtype torch.long, got {batch.dtype}")
         if not N:
             return x, batch, None
-        finite, bmin, bmax = torch.stack(
-            [torch.isfinite(x).all().long(), batch.min(), batch.max()]).tolist()
-        if not finite:
+        # inside a model's forward (inputs_checked) the data were checked once: no pass over x
+        stats = [batch.min(), batch.max()]
+        if not inputs_are_checked():
+            stats.append(torch.isfinite(x).all().long())
+        bmin, bmax, *finite = torch.stack(stats).tolist()
+        if finite and not finite[0]:
             raise ValueError("'x' contains NaN or infinite values")
         if bmin < 0:
             raise ValueError(f"'batch' must hold non-negative graph ids, got {bmin}")

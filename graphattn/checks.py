@@ -3,6 +3,9 @@ what was expected."""
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -81,3 +84,26 @@ def check_dtype(name: str, x: Tensor, module: nn.Module, what: str) -> None:
         raise ValueError(f"'{name}' has dtype {x.dtype} but {what} has parameters of dtype "
                          f"{param.dtype}; cast one to the other ({name}.to({param.dtype}) or "
                          f"module.to({x.dtype}))")
+
+
+_CHECKED = threading.local()
+
+
+@contextmanager
+def inputs_checked() -> Iterator[None]:
+    """Inside the block the layers (:class:`~graphattn.HybridLayer`,
+    :class:`~graphattn.EdgeAttention`) skip the value checks of their inputs: the caller
+    (:class:`~graphattn.GraphTransformer`) checked the data once, with one host read, and its layers
+    receive what its encoders and earlier layers made of it (a NaN arising in training is caught by
+    the trainer's check of the loss)."""
+    depth = getattr(_CHECKED, "depth", 0)
+    _CHECKED.depth = depth + 1
+    try:
+        yield
+    finally:
+        _CHECKED.depth = depth
+
+
+def inputs_are_checked() -> bool:
+    """Whether the caller is inside :func:`inputs_checked`."""
+    return bool(getattr(_CHECKED, "depth", 0))

@@ -274,11 +274,21 @@ class BaseEdgeSet(ABC):
                 )
         # an edge set shared by several layers (EdgeProducer.static_key) is checked once per batch:
         # the key holds the tensors' identities and versions, so any change checks again
-        key = ("validated", num_nodes, *_tensor_ids(batch, *self._index_tensors()))
+        key = self._validated_key(num_nodes, batch)
         if key in self._cache:
             return self
         self._validate_indices(num_nodes, batch)
         self._cache[key] = batch  # held, so that its id is not reused while the key is cached
+        return self
+
+    def _validated_key(self, num_nodes: int, batch: Tensor | None) -> tuple[Any, ...]:
+        return ("validated", num_nodes, *_tensor_ids(batch, *self._index_tensors()))
+
+    def assume_valid(self: ES, num_nodes: int, batch: Tensor | None = None) -> ES:
+        """Records, without checking, that :meth:`validate` would pass for ``num_nodes`` and
+        ``batch``: for a producer that assembles this edge set from parts it validated itself
+        (e.g. ``union``). A later change of the edges or another batch is checked again."""
+        self._cache[self._validated_key(num_nodes, batch)] = batch
         return self
 
     def _index_tensors(self) -> tuple[Tensor | None, ...]:

@@ -231,3 +231,14 @@ def test_validation_is_remembered_per_batch_and_redone_when_anything_changes():
     ei[1, 0] = 7  # in place: out of range now
     with pytest.raises(ValueError):
         es.validate(3, batch)
+
+
+def test_assume_valid_records_a_check_for_one_batch_only():
+    """``assume_valid`` (for producers assembling validated parts) is remembered like a check, for
+    that batch tensor and those edges only."""
+    es = EdgeSet(torch.tensor([[0, 1], [1, 2]]), num_heads=1)
+    batch = torch.tensor([0, 0, 1])  # edge 1 -> 2 joins two graphs
+    es.assume_valid(3, batch)
+    es.validate(3, batch)  # not walked again: recorded as valid
+    with pytest.raises(ValueError, match="graph"):
+        es.validate(3, batch.clone())  # another batch tensor: checked

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Hashable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Hashable, Mapping
 from typing import Any
 
 import torch
@@ -14,6 +12,7 @@ from torch_geometric.nn import Linear, MessagePassing
 from torch_geometric.nn.resolver import activation_resolver
 
 from graphattn.attention import EdgeAttention
+from graphattn.checks import inputs_are_checked
 from graphattn.edgeset import EdgeSet, check_graph_inputs
 from graphattn.nn.blocks import apply_norm, conv_takes_edge_attr, make_conv, make_norm
 from graphattn.producers.base import (
@@ -25,21 +24,6 @@ from graphattn.producers.base import (
 )
 from graphattn.producers.registry import build_producer
 from graphattn.signals import TrainingSignals
-
-_CHECKED = threading.local()
-
-
-@contextmanager
-def inputs_checked() -> Iterator[None]:
-    """Inside the block :class:`HybridLayer` skips its input checks: the caller
-    (:class:`~graphattn.GraphTransformer`) checked the data once, with one host read, and its layers
-    receive what its encoders made of it."""
-    depth = getattr(_CHECKED, "depth", 0)
-    _CHECKED.depth = depth + 1
-    try:
-        yield
-    finally:
-        _CHECKED.depth = depth
 
 
 def producer_defaults(channels: int, heads: int,
@@ -225,7 +209,7 @@ class HybridLayer(nn.Module):
         The inputs are checked first (:class:`ValueError` naming the argument): ``x`` a float
         tensor of the layer's width and dtype, and, for the local conv, ``edge_index``, ``batch``,
         ``edge_attr`` and the values of ``x`` in one host read (the attention checks its own)."""
-        if not getattr(_CHECKED, "depth", 0):
+        if not inputs_are_checked():
             self._check_inputs(x, edge_index, batch, edge_attr)
         hs = []
         if self.conv is not None:

@@ -12,9 +12,10 @@ from torch import Tensor, nn
 from torch_geometric.nn import Linear, global_add_pool, global_max_pool, global_mean_pool
 from torch_geometric.nn.resolver import activation_resolver
 
+from graphattn.checks import inputs_checked
 from graphattn.edgeset import BaseEdgeSet, check_graph_inputs
 from graphattn.nn.blocks import DataView, EdgeEncoder, NodeEncoder, random_sign_flip
-from graphattn.nn.hybrid import HybridLayer, inputs_checked, producer_defaults
+from graphattn.nn.hybrid import HybridLayer, producer_defaults
 from graphattn.nn.registry import register_model
 from graphattn.producers.base import check_channels, check_dtype, check_positive_int, check_rate
 from graphattn.producers.registry import build_producer

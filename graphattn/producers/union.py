@@ -56,9 +56,13 @@ class UnionProducer(EdgeProducer):
                 prefix = ctx.edge_cache[key] = union_edge_sets(sets[:n], ctx.num_nodes,
                                                                coalesce=True)
             if prefix.virtual_x is None:  # the tail's virtual sources cannot repeat a prefix edge
+                # valid parts make a valid union: the prefix is checked once per pass, the virtual
+                # tail (B·m slots) in every layer, the union of them is not walked again
+                for part in (prefix, *sets[n:]):
+                    part.validate(ctx.num_nodes, ctx.batch)
                 out = union_edge_sets([prefix, *sets[n:]], ctx.num_nodes, coalesce=False)
                 out.stats = {f"part{i}.{k}": v for i, s in enumerate(sets) for k, v in s.stats.items()}
-                return out
+                return out.assume_valid(ctx.num_nodes, ctx.batch)
         return union_edge_sets(sets, ctx.num_nodes, coalesce=self.coalesce)
 
     def _static_prefix(self, ctx: ProducerContext) -> tuple[Hashable, int] | None:
