@@ -77,8 +77,8 @@ class EdgeAttention(MessagePassing):
         bias (bool): biases in the projections.
         mode (str): ``"attention"`` or ``"weighted"``.
         kernel (str): ``"auto"`` (fast path by structure; explicit edges on the fused kernel unless it
-            cannot run them: complex weights, other dtypes, ``edge_attr`` on CUDA (the Triton
-            kernel has no edge features yet), PyG explain/propagate hooks, or no compiler),
+            cannot run them: complex weights, other dtypes, PyG explain/propagate hooks, or no
+            compiler),
             ``"fused"`` (explicit edges always on the fused kernel; a :class:`ValueError` where it
             cannot run them) or ``"reference"``. Edge features on the fused kernel are added to
             the keys and values inside it (no :math:`E \times H \times C` message tensor).
@@ -174,7 +174,7 @@ class EdgeAttention(MessagePassing):
         generator: torch.Generator | None = None,
         inputs: Mapping[str, Tensor] | None = None,
         signals: TrainingSignals | None = None,
-        edge_cache: dict[Hashable, EdgeSet] | None = None,
+        edge_cache: dict[Hashable, Any] | None = None,
     ) -> Tensor | tuple[Tensor, tuple[Tensor, Tensor]]:
         r"""Runs the layer.
 

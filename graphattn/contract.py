@@ -61,7 +61,7 @@ class ProducerContext:
         projections: dict[str, Callable[[], Tensor]] | None = None,
         validate: bool = True,
         inputs: Mapping[str, Tensor] | None = None,
-        edge_cache: dict[Hashable, EdgeSet] | None = None,
+        edge_cache: dict[Hashable, Any] | None = None,
     ) -> None:
         if not isinstance(x, Tensor) or x.dim() != 2:
             shape = list(x.shape) if isinstance(x, Tensor) else type(x).__name__
@@ -124,9 +124,17 @@ class ProducerContext:
     def ptr(self) -> Tensor:
         """``[B + 1]`` CSR pointer of the graphs; requires a sorted ``batch`` (as in PyG ``Batch``)."""
         if "ptr" not in self._cache:
-            if not self.is_sorted:
-                raise ValueError("this producer needs 'batch' sorted by graph (as in a PyG Batch)")
-            self._cache["ptr"] = ptr_from_batch(self.batch, self.num_graphs)
+            # within a model's forward pass the layers share it (the same batch tensor)
+            key = ("ptr", self.num_graphs, id(self.batch), self.batch._version)
+            shared = None if self.edge_cache is None else self.edge_cache.get(key)
+            if shared is None:
+                if not self.is_sorted:
+                    raise ValueError("this producer needs 'batch' sorted by graph (as in a PyG "
+                                     "Batch)")
+                shared = ptr_from_batch(self.batch, self.num_graphs)
+                if self.edge_cache is not None:
+                    self.edge_cache[key] = shared
+            self._cache["ptr"] = shared
         return self._cache["ptr"]
 
     @property

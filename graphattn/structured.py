@@ -223,7 +223,7 @@ class SharedSourceEdgeSet(StructuredEdgeSet):
         B, Hs, _ = sources.shape
         if ptr.numel() != B + 1:
             raise ValueError(f"'ptr' must have shape [{B + 1}] for {B} graphs, got {_shape(ptr)}")
-        if B and (int(ptr[0]) != 0 or bool((ptr[1:] < ptr[:-1]).any())):
+        if B and bool(torch.stack([ptr[0] != 0, (ptr[1:] < ptr[:-1]).any()]).any()):  # one read
             raise ValueError("'ptr' must start at 0 and be non-decreasing")
         if Hs not in (1, num_heads):
             raise ValueError(
@@ -321,39 +321,56 @@ class SharedSourceEdgeSet(StructuredEdgeSet):
             kd = call.project_rows(call.lin_key, rows)
         return kd, call.project_rows(call.lin_value, rows)
 
-    def validate(self, num_nodes: int, batch: Tensor | None = None) -> SharedSourceEdgeSet:
-        _check_ptr_and_batch(self.ptr, num_nodes, batch, type(self).__name__)
-        return super().validate(num_nodes, batch)
-
     def _validate_indices(self, num_nodes: int, batch: Tensor | None) -> None:
         """The explicit checks on ``sources [B, Hs, k]`` directly, in O(B·Hs·k), without
-        materialising the N·Hs·k edges. Slots of graphs without nodes make no edge and are skipped,
-        as are masked slots."""
-        B = self.num_graphs
-        if B == 0 or self.sources.size(2) == 0:
-            return
-        counts = self.ptr[1:] - self.ptr[:-1]
-        live = (counts > 0).view(B, 1, 1).expand_as(self.sources)
-        if self.source_mask is not None:
-            live = live & self.source_mask
-        src = self.sources[live]
-        if src.numel() == 0:
-            return
+        materialising the N·Hs·k edges, all read in one host transfer: ``ptr`` ends at
+        ``num_nodes`` and agrees with the sorted ``batch`` (the no-cross-graph guarantee of the
+        targets), the sources lie in ``[0, N + n_virtual)``, and no source belongs to another graph.
+        Slots of graphs without nodes make no edge and are skipped, as are masked slots."""
+        B, ptr, dev = self.num_graphs, self.ptr, self.sources.device
         nv = self.num_virtual
-        _check_source_range("sources", src, num_nodes, nv)
-        if batch is None:
+        stats = [ptr[-1]]
+        check_batch = batch is not None and batch.numel() == num_nodes and num_nodes > 0
+        if check_batch:
+            assert batch is not None
+            # the graph of node i under ptr, without a data-dependent size
+            expected = torch.searchsorted(ptr[1:], torch.arange(num_nodes, device=dev), right=True)
+            stats.append((expected != batch).any())
+        check_sources = B > 0 and self.sources.size(2) > 0
+        if check_sources:
+            src = self.sources
+            live = ((ptr[1:] - ptr[:-1]) > 0).view(B, 1, 1).expand_as(src)
+            if self.source_mask is not None:
+                live = live & self.source_mask
+            graph = torch.arange(B, device=dev).view(B, 1, 1).expand_as(src)
+            real = src < num_nodes
+            bad = live & real & ((src < ptr[graph]) | (src >= ptr[graph + 1]))
+            if nv and self.virtual_batch is not None:
+                vb = self.virtual_batch[(src - num_nodes).clamp(min=0, max=nv - 1)]
+                bad |= live & ~real & (vb >= 0) & (vb != graph)
+            big = torch.iinfo(src.dtype).max
+            stats += [torch.where(live, src, big).min(), torch.where(live, src, -1).max(),
+                      bad.any() if batch is not None else torch.zeros((), dtype=torch.bool,
+                                                                      device=dev)]
+        end, *rest = torch.stack([s.long() for s in stats]).tolist()
+        if end != num_nodes:
+            raise ValueError(f"'ptr' must end at num_nodes={num_nodes} (the targets are all real "
+                             f"nodes), got {end}")
+        if check_batch and rest.pop(0):
+            raise ValueError(f"'batch' must be sorted and agree with 'ptr' for a {type(self).__name__}")
+        if not check_sources:
             return
-        graph = torch.arange(B, device=src.device).view(B, 1, 1).expand_as(self.sources)[live]
-        real = src < num_nodes
-        bad = real & ((src < self.ptr[graph]) | (src >= self.ptr[graph + 1]))
-        if nv and self.virtual_batch is not None:
-            vb = self.virtual_batch[(src - num_nodes).clamp(min=0)]
-            bad |= (~real) & (vb >= 0) & (vb != graph)
-        if bool(bad.any()):
-            e = int(bad.nonzero()[0])
+        lo, hi, joins = rest
+        if hi < 0:  # no live slot
+            return
+        if lo < 0 or hi >= num_nodes + nv:
+            raise ValueError(f"'sources' must lie in [0, {num_nodes + nv}) ({num_nodes} nodes + "
+                             f"{nv} virtual sources), got range [{lo}, {hi}]")
+        if joins:
+            e = int(bad.reshape(-1).nonzero()[0])
             raise ValueError(
-                f"'sources' joins two graphs: the targets of graph {int(graph[e])} read source "
-                f"{int(src[e])}"
+                f"'sources' joins two graphs: the targets of graph {int(graph.reshape(-1)[e])} read "
+                f"source {int(src.reshape(-1)[e])}"
             )
 
     @derived_edge_sets

@@ -304,13 +304,10 @@ def blocked_rows(ops: Any, q: Tensor | None, v: Tensor, softmax: bool) -> tuple[
 
 # ---------------------------------------------------------------------------- autograd
 def _features(ops: Any, ef: Tensor | None) -> tuple[Tensor | None, ...]:
-    """The trailing edge-feature argument of the C++ operators (``torch.ops.graphattn_fused``,
-    which take it, ``None`` included); the Triton operators take none (edge features run on the
-    CPU kernel only: :func:`unsupported_reason`)."""
-    if isinstance(ops, torch._ops._OpNamespace):
-        return (ef,)
-    assert ef is None, "edge features are not supported by this backend"
-    return ()
+    """The trailing edge-feature argument of the operators, ``None`` included: the C++
+    (``torch.ops.graphattn_fused``) and the Triton operators (:mod:`.triton_attention`) both take
+    it (``backward_dst`` also ``need_def``, and returns ``def`` as a 5th output)."""
+    return (ef,)
 
 
 class FusedEdgeAttentionFunction(torch.autograd.Function):
@@ -372,7 +369,7 @@ class FusedEdgeAttentionFunction(torch.autograd.Function):
                 dq, dbias, dweight, dterm, *rest = ops.backward_dst(
                     q, k, v, out, dout, lse, graph.rowptr, graph.col, graph.eid, bias, weight,
                     scale, softmax, bool(need_q), bool(need_b), bool(need_w),
-                    *((ef, bool(need_f)) if _features(ops, ef) else ()),
+                    ef, bool(need_f),
                 )
                 def_ = rest[0] if rest else None
         if (softmax and need_k) or need_v:
@@ -432,7 +429,7 @@ def fused_attention(
         backend: ``"cpu"`` / ``"triton"`` (default: by device).
         edge_features: ``[E, H, D]`` in edge-set order, added to the keys and values of each edge
             (:math:`k_j + f_e`, :math:`v_j + f_e`; TransformerConv's projected edge features),
-            never gathered into an :math:`E \times H \times D` message tensor. CPU kernel only.
+            never gathered into an :math:`E \times H \times D` message tensor (both backends).
 
     Returns ``out [R, H, D]`` (and ``lse [R, H]`` with ``return_lse``).
     """
@@ -475,8 +472,6 @@ def unsupported_reason(es: Any, v: Tensor, backend: str | None) -> str | None:
     """Why the fused kernel cannot run this explicit edge set (``None``: it can)."""
     if backend is None:
         return f"no fused kernel for {v.device.type} tensors"
-    if es.edge_attr is not None and backend != "cpu":
-        return "edge features (edge_attr) run on the CPU kernel only"
     if es.weight is not None and es.weight.is_complex():
         return "complex weights"
     if v.dtype not in fused_dtypes(backend):

@@ -14,6 +14,13 @@ bf16, fp32 or fp64; arithmetic is fp32 (fp64 for fp64 inputs), and ``lse`` is ke
   ``[E]`` fields).
 * ``_backward_src_kernel``: ``dk``, ``dv`` over the CSC, recomputing ``p`` and ``ds`` from the
   gathered ``q_i``, ``dO_i``, ``lse_i``, ``Dterm_i``.
+* ``_probs_kernel``: the softmax coefficients ``p [E, H]`` given ``lse``.
+
+Optional edge features ``f [E, H, D]`` (``HAS_EF``; read by edge id like bias and weight) are added
+to the keys and values, ``s_e = scale·q_i·(k_j + f_e) + b_e``, ``o_i = Σ p_e w_e (v_j + f_e)``; the
+destination pass also writes their gradient ``df_e = scale·ds_e·q_i + p_e w_e dO_i`` (weighted mode:
+``w_e dO_i``), once per (edge, head) by the program of the edge's row. ``q_i·f_e`` is a separate
+dot product in every pass, so that the forward's ``lse`` and the recomputed logits agree.
 
 No atomics anywhere, so results are deterministic. Heavy rows are not split across programs (a
 row of degree d costs d / BLOCK_E sequential steps in one program).
@@ -74,12 +81,29 @@ def _edge_values(F, uid, h, se, sh, emask, ACC: tl.constexpr):
 
 
 @triton.jit
-def _logits(X, tile, tmask, y, qk_scale, BIAS, uid, h, bias_se, bias_sh, emask,
-            HAS_BIAS: tl.constexpr, ACC: tl.constexpr):
+def _feature_tile(EF, uid, h, H, D, offs_d, tmask, ACC: tl.constexpr):
+    """``(ftile, ft)``: the offsets of the chunk's edges' head-``h`` slices of the ``[E, H, D]`` edge
+    features (by edge id) and the loaded tile (0 at masked entries)."""
+    ftile = uid[:, None] * (H * D) + h * D + offs_d[None, :]
+    return ftile, tl.load(EF + ftile, mask=tmask, other=0.0).to(ACC)
+
+
+@triton.jit
+def _logits(X, tile, tmask, y, qk_scale, BIAS, uid, h, bias_se, bias_sh, emask, ft,
+            HAS_BIAS: tl.constexpr, HAS_EF: tl.constexpr, EF_DOT_X: tl.constexpr,
+            ACC: tl.constexpr):
     """``(xt, s)``: the gathered tile of ``X`` and the chunk's logits in log2 units,
-    ``qk_scale · x_j·y`` (plus ``bias · log2 e``)."""
+    ``qk_scale · (x_j·y + q·f_e)`` (plus ``bias · log2 e``), with the edge features' tile ``ft``
+    (``HAS_EF``) and the query ``q`` the row ``y`` or, with ``EF_DOT_X`` (source pass), the
+    gathered tile ``x``."""
     xt = tl.load(X + tile, mask=tmask, other=0.0).to(ACC)
-    s = tl.sum(xt * y[None, :], axis=1) * qk_scale
+    s = tl.sum(xt * y[None, :], axis=1)
+    if HAS_EF:
+        if EF_DOT_X:
+            s = s + tl.sum(xt * ft, axis=1)
+        else:
+            s = s + tl.sum(ft * y[None, :], axis=1)
+    s = s * qk_scale
     if HAS_BIAS:
         s = s + _edge_values(BIAS, uid, h, bias_se, bias_sh, emask, ACC) * LOG2E
     return xt, s
@@ -87,9 +111,9 @@ def _logits(X, tile, tmask, y, qk_scale, BIAS, uid, h, bias_se, bias_sh, emask,
 
 @triton.jit
 def _forward_kernel(
-    Q, K, V, ROWPTR, COL, EID, BIAS, WEIGHT, OUT, LSE,
+    Q, K, V, ROWPTR, COL, EID, BIAS, WEIGHT, EF, OUT, LSE,
     H, D, SCALES, bias_se, bias_sh, w_se, w_sh,
-    HAS_BIAS: tl.constexpr, HAS_WEIGHT: tl.constexpr, SOFTMAX: tl.constexpr,
+    HAS_BIAS: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_EF: tl.constexpr, SOFTMAX: tl.constexpr,
     ACC: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
     row, h, qk_scale, _scale, start, end, offs_d, dmask, base = _program_row(SCALES, ROWPTR, H, D, BLOCK_D)
@@ -99,9 +123,12 @@ def _forward_kernel(
     acc = tl.zeros([BLOCK_D], ACC)
     for e0 in range(start, end, BLOCK_E):
         emask, _j, uid, tile, tmask = _edge_chunk(COL, EID, e0, end, h, H, D, offs_d, dmask, BLOCK_E)
+        ft = 0.0
+        if HAS_EF:
+            _ftile, ft = _feature_tile(EF, uid, h, H, D, offs_d, tmask, ACC)
         if SOFTMAX:
-            _kt, s = _logits(K, tile, tmask, q, qk_scale, BIAS, uid, h, bias_se, bias_sh, emask,
-                             HAS_BIAS, ACC)
+            _kt, s = _logits(K, tile, tmask, q, qk_scale, BIAS, uid, h, bias_se, bias_sh, emask, ft,
+                             HAS_BIAS, HAS_EF, False, ACC)
             s = tl.where(emask, s, float("-inf"))
             m_new = tl.maximum(m, tl.max(s, axis=0))
             rescale = tl.exp2(m - m_new)
@@ -115,6 +142,8 @@ def _forward_kernel(
         if HAS_WEIGHT:
             c = c * _edge_values(WEIGHT, uid, h, w_se, w_sh, emask, ACC)
         vt = tl.load(V + tile, mask=tmask, other=0.0).to(ACC)
+        if HAS_EF:
+            vt = vt + ft
         acc += tl.sum(c[:, None] * vt, axis=0)
     if SOFTMAX:
         nonempty = l > 0
@@ -129,10 +158,10 @@ def _forward_kernel(
 
 @triton.jit
 def _backward_dst_kernel(
-    Q, K, V, OUT, DOUT, LSE, ROWPTR, COL, EID, BIAS, WEIGHT, DQ, DS_BUF, PG_BUF, DTERM,
+    Q, K, V, OUT, DOUT, LSE, ROWPTR, COL, EID, BIAS, WEIGHT, EF, DQ, DS_BUF, PG_BUF, DF, DTERM,
     H, D, SCALES, bias_se, bias_sh, w_se, w_sh,
-    HAS_BIAS: tl.constexpr, HAS_WEIGHT: tl.constexpr, SOFTMAX: tl.constexpr,
-    NEED_DQ: tl.constexpr, NEED_DS: tl.constexpr, NEED_PG: tl.constexpr,
+    HAS_BIAS: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_EF: tl.constexpr, SOFTMAX: tl.constexpr,
+    NEED_DQ: tl.constexpr, NEED_DS: tl.constexpr, NEED_PG: tl.constexpr, NEED_DF: tl.constexpr,
     ACC: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
     row, h, qk_scale, scale, start, end, offs_d, dmask, base = _program_row(SCALES, ROWPTR, H, D, BLOCK_D)
@@ -146,11 +175,16 @@ def _backward_dst_kernel(
     dq = tl.zeros([BLOCK_D], ACC)
     for e0 in range(start, end, BLOCK_E):
         emask, _j, uid, tile, tmask = _edge_chunk(COL, EID, e0, end, h, H, D, offs_d, dmask, BLOCK_E)
+        ft = 0.0
+        if HAS_EF:
+            ftile, ft = _feature_tile(EF, uid, h, H, D, offs_d, tmask, ACC)
         vt = tl.load(V + tile, mask=tmask, other=0.0).to(ACC)
+        if HAS_EF:
+            vt = vt + ft
         g = tl.sum(vt * do[None, :], axis=1)
         if SOFTMAX:
-            kt, s = _logits(K, tile, tmask, q, qk_scale, BIAS, uid, h, bias_se, bias_sh, emask,
-                            HAS_BIAS, ACC)
+            kt, s = _logits(K, tile, tmask, q, qk_scale, BIAS, uid, h, bias_se, bias_sh, emask, ft,
+                            HAS_BIAS, HAS_EF, False, ACC)
             p = tl.where(emask, tl.exp2(s - lse2), 0.0)
             if HAS_WEIGHT:
                 w = _edge_values(WEIGHT, uid, h, w_se, w_sh, emask, ACC)
@@ -158,23 +192,39 @@ def _backward_dst_kernel(
             else:
                 ds = p * (g - dterm)
             if NEED_DQ:
+                if HAS_EF:
+                    kt = kt + ft
                 dq += tl.sum(ds[:, None] * kt, axis=0) * scale
             if NEED_DS:
                 tl.store(DS_BUF + uid * H + h, ds, mask=emask)
             if NEED_PG:
                 tl.store(PG_BUF + uid * H + h, p * g, mask=emask)
+            if NEED_DF:  # df_e = scale ds_e q_i + p_e w_e dO_i
+                if HAS_WEIGHT:
+                    pw = p * w
+                else:
+                    pw = p
+                df = (ds * scale)[:, None] * q[None, :] + pw[:, None] * do[None, :]
+                tl.store(DF + ftile, df.to(DF.dtype.element_ty), mask=tmask)
         else:
             if NEED_PG:
                 tl.store(PG_BUF + uid * H + h, g, mask=emask)
+            if NEED_DF:  # df_e = w_e dO_i
+                if HAS_WEIGHT:
+                    w = _edge_values(WEIGHT, uid, h, w_se, w_sh, emask, ACC)
+                    df = w[:, None] * do[None, :]
+                else:
+                    df = tl.zeros([BLOCK_E, BLOCK_D], ACC) + do[None, :]
+                tl.store(DF + ftile, df.to(DF.dtype.element_ty), mask=tmask)
     if NEED_DQ:
         tl.store(DQ + base, dq.to(DQ.dtype.element_ty), mask=dmask)
 
 
 @triton.jit
 def _backward_src_kernel(
-    Q, K, V, DOUT, LSE, DTERM, COLPTR, CROW, CUID, BIAS, WEIGHT, DK, DV,
+    Q, K, V, DOUT, LSE, DTERM, COLPTR, CROW, CUID, BIAS, WEIGHT, EF, DK, DV,
     H, D, SCALES, bias_se, bias_sh, w_se, w_sh,
-    HAS_BIAS: tl.constexpr, HAS_WEIGHT: tl.constexpr, SOFTMAX: tl.constexpr,
+    HAS_BIAS: tl.constexpr, HAS_WEIGHT: tl.constexpr, HAS_EF: tl.constexpr, SOFTMAX: tl.constexpr,
     NEED_DK: tl.constexpr, NEED_DV: tl.constexpr,
     ACC: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
@@ -192,12 +242,18 @@ def _backward_src_kernel(
         else:
             w = tl.where(cmask, 1.0, 0.0).to(ACC)
         if SOFTMAX:
-            qt, s = _logits(Q, tile, tmask, k, qk_scale, BIAS, uid, h, bias_se, bias_sh, cmask,
-                            HAS_BIAS, ACC)
+            ft = 0.0
+            if HAS_EF:
+                _ftile, ft = _feature_tile(EF, uid, h, H, D, offs_d, tmask, ACC)
+            qt, s = _logits(Q, tile, tmask, k, qk_scale, BIAS, uid, h, bias_se, bias_sh, cmask, ft,
+                            HAS_BIAS, HAS_EF, True, ACC)
             lse2 = tl.load(LSE + i * H + h, mask=cmask, other=0.0).to(ACC) * LOG2E
             p = tl.where(cmask, tl.exp2(s - lse2), 0.0)
             if NEED_DK:
-                g = tl.sum(dot * v[None, :], axis=1)
+                if HAS_EF:  # g_e = dO_i·(v_j + f_e)
+                    g = tl.sum(dot * (v[None, :] + ft), axis=1)
+                else:
+                    g = tl.sum(dot * v[None, :], axis=1)
                 dterm = tl.load(DTERM + i * H + h, mask=cmask, other=0.0).to(ACC)
                 ds = p * (w * g - dterm)
                 dk += tl.sum(ds[:, None] * qt, axis=0) * scale
@@ -212,17 +268,21 @@ def _backward_src_kernel(
 
 @triton.jit
 def _probs_kernel(
-    Q, K, LSE, ROWPTR, COL, EID, BIAS, P,
+    Q, K, LSE, ROWPTR, COL, EID, BIAS, EF, P,
     H, D, SCALES, bias_se, bias_sh,
-    HAS_BIAS: tl.constexpr, ACC: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_D: tl.constexpr,
+    HAS_BIAS: tl.constexpr, HAS_EF: tl.constexpr, ACC: tl.constexpr, BLOCK_E: tl.constexpr,
+    BLOCK_D: tl.constexpr,
 ):
     row, h, qk_scale, _scale, start, end, offs_d, dmask, base = _program_row(SCALES, ROWPTR, H, D, BLOCK_D)
     q = tl.load(Q + base, mask=dmask, other=0.0).to(ACC)
     lse2 = tl.load(LSE + row * H + h).to(ACC) * LOG2E
     for e0 in range(start, end, BLOCK_E):
         emask, _j, uid, tile, tmask = _edge_chunk(COL, EID, e0, end, h, H, D, offs_d, dmask, BLOCK_E)
-        _kt, s = _logits(K, tile, tmask, q, qk_scale, BIAS, uid, h, bias_se, bias_sh, emask,
-                         HAS_BIAS, ACC)
+        ft = 0.0
+        if HAS_EF:
+            _ftile, ft = _feature_tile(EF, uid, h, H, D, offs_d, tmask, ACC)
+        _kt, s = _logits(K, tile, tmask, q, qk_scale, BIAS, uid, h, bias_se, bias_sh, emask, ft,
+                         HAS_BIAS, HAS_EF, False, ACC)
         tl.store(P + uid * H + h, tl.exp2(s - lse2), mask=emask)
 
 
@@ -238,6 +298,18 @@ def _field(t: Tensor | None, H: int, dummy: Tensor) -> tuple[Tensor, int, int, b
     if t is None:
         return dummy, 0, 0, False
     return (t, 1, 0, True) if t.dim() == 1 else (t, H, 1, True)
+
+
+def _features(ef: Tensor | None, E: int, ref: Tensor) -> tuple[Tensor, bool]:
+    """The edge-feature argument of a kernel and ``HAS_EF`` (``ref`` stands in for absent
+    features); the features must be a contiguous ``[E, H, D]`` tensor like ``ref``."""
+    if ef is None:
+        return ref, False
+    if not (ef.dtype == ref.dtype and ef.device == ref.device and ef.is_contiguous()
+            and ef.shape == (E, ref.size(1), ref.size(2))):
+        raise RuntimeError("graphattn fused: edge features must be a contiguous [E, H, D] tensor "
+                           "like v")
+    return ef, True
 
 
 _SCALES: dict[tuple[float, torch.dtype, torch.device], Tensor] = {}
@@ -262,9 +334,11 @@ def _meta(v: Tensor) -> dict:
     return {"BLOCK_E": BLOCK_E, "BLOCK_D": triton.next_power_of_2(max(v.size(2), 1))}
 
 
-def forward(q, k, v, rowptr, col, eid, bias, weight, scale, softmax):
-    """``(out [R, H, D], lse [R, H])`` — see :mod:`.fused`."""
+def forward(q, k, v, rowptr, col, eid, bias, weight, scale, softmax, ef=None):
+    """``(out [R, H, D], lse [R, H])`` — see :mod:`.fused` (``ef``: optional edge features
+    ``[E, H, D]``)."""
     R, H, D = rowptr.numel() - 1, v.size(1), v.size(2)
+    f, has_f = _features(ef, col.numel(), v)
     acc_t, acc_tl = _acc(v.dtype)
     out = torch.empty(R, H, D, dtype=v.dtype, device=v.device)
     lse = torch.empty(R, H, dtype=acc_t, device=v.device)
@@ -273,38 +347,45 @@ def forward(q, k, v, rowptr, col, eid, bias, weight, scale, softmax):
     b, bse, bsh, has_b = _field(bias, H, v)
     w, wse, wsh, has_w = _field(weight, H, v)
     _forward_kernel[(R, H)](
-        q, k, v, rowptr, col, eid, b, w, out, lse,
+        q, k, v, rowptr, col, eid, b, w, f, out, lse,
         H, D, _scales(scale, acc_t, v.device), bse, bsh, wse, wsh,
-        HAS_BIAS=has_b, HAS_WEIGHT=has_w, SOFTMAX=softmax, ACC=acc_tl, **_meta(v),
+        HAS_BIAS=has_b, HAS_WEIGHT=has_w, HAS_EF=has_f, SOFTMAX=softmax, ACC=acc_tl, **_meta(v),
     )
     return out, lse
 
 
 def backward_dst(q, k, v, out, dout, lse, rowptr, col, eid, bias, weight, scale, softmax,
-                 need_dq, need_dbias, need_dweight):
-    """``(dq, dbias, dweight, dterm)`` — see :mod:`.fused`."""
+                 need_dq, need_dbias, need_dweight, ef=None, need_def=False):
+    """``(dq, dbias, dweight, dterm, def)`` — see :mod:`.fused` (``def``, the gradient of the edge
+    features ``ef``, only with ``need_def``; else ``None``)."""
     R, H, D, E = rowptr.numel() - 1, v.size(1), v.size(2), col.numel()
     acc_t, acc_tl = _acc(v.dtype)
+    f, has_f = _features(ef, E, v)
     need_dq = need_dq and softmax
     need_ds = need_dbias and bias is not None and softmax
     need_pg = need_dweight and weight is not None
+    need_df = need_def and has_f
     dq = torch.empty(R, H, D, dtype=v.dtype, device=v.device) if need_dq else None
     ds_buf = torch.zeros(E, H, dtype=acc_t, device=v.device) if need_ds else None
     pg_buf = torch.zeros(E, H, dtype=acc_t, device=v.device) if need_pg else None
+    # each edge's df_e is written by its row's program (zeros as on the CPU: an edge in no row)
+    df = torch.zeros_like(f) if need_df else None
     dterm = torch.zeros(R, H, dtype=acc_t, device=v.device)
     if R > 0 and H > 0:
         b, bse, bsh, has_b = _field(bias, H, v)
         w, wse, wsh, has_w = _field(weight, H, v)
         _backward_dst_kernel[(R, H)](
-            q, k, v, out, dout, lse, rowptr, col, eid, b, w,
-            dq if need_dq else v, ds_buf if need_ds else dterm, pg_buf if need_pg else dterm, dterm,
+            q, k, v, out, dout, lse, rowptr, col, eid, b, w, f,
+            dq if need_dq else v, ds_buf if need_ds else dterm, pg_buf if need_pg else dterm,
+            df if need_df else v, dterm,
             H, D, _scales(scale, acc_t, v.device), bse, bsh, wse, wsh,
-            HAS_BIAS=has_b, HAS_WEIGHT=has_w, SOFTMAX=softmax,
-            NEED_DQ=need_dq, NEED_DS=need_ds, NEED_PG=need_pg, ACC=acc_tl, **_meta(v),
+            HAS_BIAS=has_b, HAS_WEIGHT=has_w, HAS_EF=has_f, SOFTMAX=softmax,
+            NEED_DQ=need_dq, NEED_DS=need_ds, NEED_PG=need_pg, NEED_DF=need_df, ACC=acc_tl,
+            **_meta(v),
         )
     dbias = _reduce(ds_buf, bias)
     dweight = _reduce(pg_buf, weight)
-    return dq, dbias, dweight, dterm
+    return dq, dbias, dweight, dterm, df
 
 
 def _reduce(buf: Tensor | None, field: Tensor | None) -> Tensor | None:
@@ -315,9 +396,10 @@ def _reduce(buf: Tensor | None, field: Tensor | None) -> Tensor | None:
 
 
 def backward_src(q, k, v, dout, lse, dterm, colptr, crow, cuid, bias, weight, scale, softmax,
-                 need_dk, need_dv):
-    """``(dk, dv)`` — see :mod:`.fused`."""
+                 need_dk, need_dv, ef=None):
+    """``(dk, dv)`` — see :mod:`.fused` (``ef``: optional edge features ``[E, H, D]``)."""
     S, H, D = colptr.numel() - 1, v.size(1), v.size(2)
+    f, has_f = _features(ef, crow.numel(), v)
     acc_t, acc_tl = _acc(v.dtype)
     need_dk = need_dk and softmax
     dk = torch.empty_like(v) if need_dk else None
@@ -326,24 +408,26 @@ def backward_src(q, k, v, dout, lse, dterm, colptr, crow, cuid, bias, weight, sc
         b, bse, bsh, has_b = _field(bias, H, v)
         w, wse, wsh, has_w = _field(weight, H, v)
         _backward_src_kernel[(S, H)](
-            q, k, v, dout, lse, dterm, colptr, crow, cuid, b, w,
+            q, k, v, dout, lse, dterm, colptr, crow, cuid, b, w, f,
             dk if need_dk else v, dv if need_dv else v,
             H, D, _scales(scale, acc_t, v.device), bse, bsh, wse, wsh,
-            HAS_BIAS=has_b, HAS_WEIGHT=has_w, SOFTMAX=softmax, NEED_DK=need_dk, NEED_DV=need_dv,
-            ACC=acc_tl, **_meta(v),
+            HAS_BIAS=has_b, HAS_WEIGHT=has_w, HAS_EF=has_f, SOFTMAX=softmax, NEED_DK=need_dk,
+            NEED_DV=need_dv, ACC=acc_tl, **_meta(v),
         )
     return dk, dv
 
 
-def probs(q, k, lse, rowptr, col, eid, bias, scale):
-    """Softmax coefficients ``[E, H]`` in edge-set order — see :mod:`.fused`."""
+def probs(q, k, lse, rowptr, col, eid, bias, scale, ef=None):
+    """Softmax coefficients ``[E, H]`` in edge-set order — see :mod:`.fused` (``ef``: optional
+    edge features ``[E, H, D]``)."""
     R, H, D, E = rowptr.numel() - 1, q.size(1), q.size(2), col.numel()
     acc_t, acc_tl = _acc(q.dtype)
+    f, has_f = _features(ef, E, q)
     p = torch.zeros(E, H, dtype=q.dtype, device=q.device)
     if R > 0 and H > 0:
         b, bse, bsh, has_b = _field(bias, H, q)
         _probs_kernel[(R, H)](
-            q, k, lse, rowptr, col, eid, b, p, H, D, _scales(scale, acc_t, q.device), bse, bsh,
-            HAS_BIAS=has_b, ACC=acc_tl, **_meta(q),
+            q, k, lse, rowptr, col, eid, b, f, p, H, D, _scales(scale, acc_t, q.device), bse, bsh,
+            HAS_BIAS=has_b, HAS_EF=has_f, ACC=acc_tl, **_meta(q),
         )
     return p

@@ -292,6 +292,7 @@ def probe_value() -> Tensor:
 #: with a call that exercises it
 CALLS: dict[str, Callable[[Any], Any]] = {
     "validate": lambda es: es.validate(N, BATCH),
+    "assume_valid": lambda es: es.assume_valid(N, BATCH),
     "to": lambda es: (es.to("cpu"), es.to(torch.float32), es.to(device="meta")),
     "detach": lambda es: es.detach(),
     "cached": lambda es: es.cached(("probe",), lambda: 1),

@@ -227,7 +227,7 @@ class ConverterBlock(nn.Module):
                 edge_attr: Tensor | None = None, *, data: Any = None,
                 generator: torch.Generator | None = None,
                 signals: TrainingSignals | None = None,
-                edge_cache: dict[Hashable, EdgeSet] | None = None) -> Tensor:
+                edge_cache: dict[Hashable, Any] | None = None) -> Tensor:
         """``x [N, D]`` (real) → ``[N, D]`` (real). ``edge_index`` / ``edge_attr`` are unused (the
         operator spans each graph's complete digraph); ``signals`` receives the operator edge set
         (its kernel-polynomial ``aux_loss``); ``edge_cache`` is passed to the producer."""

@@ -198,7 +198,7 @@ class HybridLayer(nn.Module):
         data: Any = None,
         generator: torch.Generator | None = None,
         signals: TrainingSignals | None = None,
-        edge_cache: dict[Hashable, EdgeSet] | None = None,
+        edge_cache: dict[Hashable, Any] | None = None,
     ) -> Tensor:
         """``x [N, in_channels]`` → ``[N, channels]``. ``edge_index`` / ``edge_attr`` feed the
         local conv; ``data`` (and ``generator``) feed the producer; ``signals`` receives the edge

@@ -381,7 +381,7 @@ class GraphTransformer(nn.Module):
         h, edge_attr, batch = self.encode_with_batch(data)
         view = DataView(data, edge_attr=edge_attr)
         edge_index = getattr(data, "edge_index", None)
-        edge_cache: dict[Hashable, BaseEdgeSet] = {}  # batch-only edge sets, shared by the layers
+        edge_cache: dict[Hashable, Any] = {}  # batch-only edge sets, shared by the layers
         with ExitStack() as scopes:
             for producer in self._shared_producers():
                 scopes.enter_context(producer.sharing_scope())
