@@ -40,7 +40,7 @@ from graphattn.edgeset import (
     _shape,
     derived_edge_sets,
 )
-from graphattn.kernels import permutation_gather, shared_source_attention
+from graphattn.kernels import gather_rows, permutation_gather, shared_source_attention
 from graphattn.memory import EDGE_BYTES, check_edges
 from graphattn.origins import origin_code
 
@@ -314,7 +314,7 @@ class SharedSourceEdgeSet(StructuredEdgeSet):
         mask = self.source_mask
         idx = self.sources if mask is None else torch.where(mask, self.sources,
                                                             torch.zeros_like(self.sources))
-        rows = table[idx]  # [B, Hs, k, F]
+        rows = gather_rows(table, idx)  # [B, Hs, k, F]
         kd = None
         if call.attend_keys:
             assert call.lin_key is not None

@@ -9,7 +9,7 @@
   (:mod:`.triton_attention`).
 """
 
-from .dense import permutation_gather, shared_source_attention
+from .dense import gather_rows, permutation_gather, shared_source_attention
 from .fused import (
     FusedGraph,
     attention_probs,
@@ -27,6 +27,7 @@ __all__ = [
     "edge_attention",
     "fused_attention",
     "fused_explicit_attention",
+    "gather_rows",
     "permutation_gather",
     "prepare_graph",
     "sddmm",

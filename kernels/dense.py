@@ -15,14 +15,22 @@ from torch import Tensor
 from torch_geometric.utils import to_dense_batch
 
 
+def gather_rows(table: Tensor, index: Tensor) -> Tensor:
+    """``table[index]`` along the first dimension (``[*index.shape, *table.shape[1:]]``) through
+    :func:`torch.index_select`, whose backward (``index_add_``) sums in a fixed order: the backward
+    of advanced indexing (``index_put_`` with accumulation) adds with atomics across CPU threads
+    above 32k elements, so multi-threaded training would not be reproducible bit for bit."""
+    return table.index_select(0, index.reshape(-1)).view(*index.shape, *table.shape[1:])
+
+
 def _gather_heads(table: Tensor, index: Tensor) -> Tensor:
     """``table [S, H, C]``, ``index [B, Hs, k]`` → ``[B, H, k, C]`` (``Hs`` = 1 or H)."""
     _B, Hs, _k = index.shape
     H = table.size(1)
     if Hs == 1:
-        return table[index[:, 0]].transpose(1, 2)  # [B, k, H, C] -> [B, H, k, C]
+        return gather_rows(table, index[:, 0]).transpose(1, 2)  # [B, k, H, C] -> [B, H, k, C]
     heads = torch.arange(H, device=index.device).view(1, H, 1)
-    return table[index, heads]
+    return gather_rows(table.reshape(-1, table.size(2)), index * H + heads)
 
 
 def shared_source_attention(

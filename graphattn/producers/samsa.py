@@ -21,6 +21,7 @@ from torch import Tensor, nn
 from torch_geometric.utils import to_dense_batch
 
 from graphattn.edgeset import EdgeSet
+from graphattn.kernels import gather_rows
 from graphattn.origins import origin_code
 from graphattn.producers.base import (
     EdgeProducer,
@@ -349,8 +350,8 @@ class SAMSA(EdgeProducer):
             )
         table = self._candidate_table(ctx.x)
         miss = table.size(0) - 1
-        x_top = table[torch.where(sel.top_valid, sel.top, miss)]  # [B, H, k, F]
-        x_bot = table[torch.where(sel.bottom_valid, sel.bottom, miss)]
+        x_top = gather_rows(table, torch.where(sel.top_valid, sel.top, miss))  # [B, H, k, F]
+        x_bot = gather_rows(table, torch.where(sel.bottom_valid, sel.bottom, miss))
         slot_fn = hard_slots if self.hard else soft_slots
         slots = slot_fn(x_top, x_bot, sel.z_top, sel.z_bottom, sel.pair_valid, tau=self.tau,
                         clamp=self.clamp_sigmoid_grad, eps=self.clamp_eps)
