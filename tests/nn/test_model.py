@@ -166,7 +166,7 @@ def test_batch_only_edge_sets_are_built_once_per_forward(spec, shared):
     for layer in model.layers:
         h = layer(h, batch.edge_index, batch.batch, data=batch)
     expected = model.head(global_mean_pool(h, batch.batch, size=3))  # the default read-out
-    torch.testing.assert_close(out, expected, rtol=0, atol=0)
+    torch.testing.assert_close(out, expected)  # same edges; a union's edge order may differ
 
 
 def test_a_caller_generator_makes_the_expander_draw_in_every_layer():
