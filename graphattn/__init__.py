@@ -36,7 +36,7 @@ _EXPORTS = {
     "trace": "graphattn.tracing",
     "union_edge_sets": "graphattn.edgeset",
 }
-_SUBPACKAGES = ("producers", "nn", "data", "runner", "viz", "kernels", "memory")
+_SUBPACKAGES = ("producers", "nn", "data", "runner", "viz", "kernels", "memory", "interop")
 
 __all__ = [
     "AttentionTrace",

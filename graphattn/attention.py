@@ -87,6 +87,24 @@ class EdgeAttention(MessagePassing):
             kernel that meets it), but an edge joining two graphs goes unnoticed.
         complex_output (str): for complex weights (operator edge sets): ``"real"`` keeps the real
             part, ``"complex"`` returns the complex result.
+
+    **PyG explain.** The layer is a :class:`~torch_geometric.nn.MessagePassing` citizen for
+    :class:`torch_geometric.explain.Explainer`:
+
+    * message-forward hooks (:meth:`register_message_forward_hook`, used by
+      :class:`~torch_geometric.explain.algorithm.AttentionExplainer`) see the coefficients
+      :math:`\alpha` (softmax times weight, before dropout; ``[E, H]``, per-head edges ``[E, 1]``)
+      in the **order of the edges given** (the explicit edge set's, i.e. a plain ``edge_index``'s
+      own order, although the reference path propagates destination-sorted edges): as
+      :attr:`_alpha` during the hook on the reference path (whose messages ``out`` stay in
+      destination-sorted order), and as ``msg_kwargs["alpha"]`` (plus :attr:`_alpha`) on the
+      fused kernel, which has no message tensor and calls each hook once with ``out=None`` (a hook
+      that returns replacement messages raises a :class:`ValueError` there). With
+      ``kernel="auto"`` any hook sends explicit edges to the reference path, and structured edge
+      sets are attended on their explicit form while a hook is registered. No hook, no cost.
+    * explain mode (``explain=True``, set by mask-learning explainers such as
+      :class:`~torch_geometric.explain.algorithm.GNNExplainer`) multiplies message :math:`j \to i`
+      by the explainer's edge mask entry of that edge, in the order of the edges given.
     """
 
     _alpha: Tensor | None
@@ -183,7 +201,10 @@ class EdgeAttention(MessagePassing):
                 floating-point dtype is refused with a :class:`ValueError` naming both (not cast;
                 under :func:`torch.autocast` the projections cast as usual).
             edges: an :class:`EdgeSet`, a plain ``edge_index [2, E]`` (an explicit edge set in the
-                layer's mode) or an :class:`EdgeProducer`, called here after the projections.
+                layer's mode), a sparse ``adj_t`` (:class:`torch_sparse.SparseTensor` or torch
+                sparse tensor, row = target, column = source, values = ``weight``; see
+                :meth:`EdgeSet.from_sparse_tensor`) or an :class:`EdgeProducer`, called here after
+                the projections.
             batch: ``[N]`` graph of each node (default: one graph).
             edge_attr: ``[E, edge_dim]`` features of a plain ``edge_index``.
             return_attention_weights: if set, also return ``(edge_index, alpha)`` for the edges
@@ -210,13 +231,15 @@ class EdgeAttention(MessagePassing):
         if signals is not None:
             signals.add(es)
         need_alpha = return_attention_weights is not None or _trace.is_tracing()
+        # PyG explain: hooks (AttentionExplainer) or explain mode (mask explainers) need explicit edges
+        hooked = bool(self._message_forward_hooks) or bool(self._explain)
         call = AttentionCall(
             ctx, heads=self.heads, channels=self.out_channels, scale=self.scale,
             dropout=self.dropout if self.training else 0.0,
             attend_keys=self.mode == "attention" and es.mode == "attention",
             lin_key=self.lin_key, lin_value=self.lin_value,
-            explicit=lambda explicit: self._attend_explicit(call, explicit, need_alpha))
-        if self.kernel == "reference" or need_alpha:
+            explicit=lambda explicit: self._attend_explicit(call, explicit, need_alpha or hooked))
+        if self.kernel == "reference" or need_alpha or hooked:
             res = call.explicit(es.to_explicit())
         else:
             res = es.attend(call)
@@ -262,6 +285,9 @@ class EdgeAttention(MessagePassing):
             out, alpha = fused_explicit_attention(q, k, v, es, N, scale=self.scale,
                                                   dropout=call.dropout, need_alpha=need_alpha,
                                                   edge_features=ef)
+            if self._message_forward_hooks:
+                assert alpha is not None  # need_alpha is set while a hook is registered
+                self._call_message_hooks(es, alpha)
             return Attended(out, alpha, "fused")
         try:
             out, alpha = self._explicit(q, k, v, es, N)
@@ -274,6 +300,20 @@ class EdgeAttention(MessagePassing):
         finally:
             self._alpha = None
         return Attended(out, alpha, "reference")
+
+    def _call_message_hooks(self, es: EdgeSet, alpha: Tensor) -> None:
+        """The message-forward hooks on a path without a message tensor (the fused kernel): each is
+        called once as ``hook(self, (msg_kwargs,), None)`` with ``msg_kwargs = {"alpha": alpha,
+        "edge_index": es.edge_index}`` and :attr:`_alpha` set, ``alpha`` in ``es`` order."""
+        self._alpha = alpha
+        try:
+            for hook in self._message_forward_hooks.values():
+                if hook(self, ({"alpha": alpha, "edge_index": es.edge_index},), None) is not None:
+                    raise ValueError("a message-forward hook returned replacement messages, but "
+                                     "the fused kernel has no message tensor to replace: build "
+                                     "the layer with kernel='auto' or 'reference'")
+        finally:
+            self._alpha = None
 
     # ----------------------------------------------------------------- helpers
     def _check_inputs(self, x: Tensor, batch: Tensor | None) -> tuple[Tensor, Tensor, int | None]:
@@ -342,6 +382,9 @@ class EdgeAttention(MessagePassing):
         backend = default_backend(v.device)
         reason = unsupported_reason(es, v, backend)
         if self.kernel == "fused":
+            if self._explain:
+                reason = ("PyG explain mode multiplies every message by an edge mask, and the "
+                          "fused kernel has no message tensor; use kernel='auto' or 'reference'")
             if reason is not None:
                 raise ValueError(f"kernel='fused' cannot run this edge set: {reason}")
         elif reason is not None or self._has_pyg_hooks():
@@ -412,6 +455,8 @@ class EdgeAttention(MessagePassing):
             if weight is not None and weight.dim() == 1:
                 weight = weight[:, None]
         edge_index = torch.stack([src, dst])
+        # hooks and explain masks see coefficients / masks in es order: message() un-sorts
+        order = perm if self._message_forward_hooks or self._explain else None
         out = self.propagate(
             edge_index,
             query=q,
@@ -421,12 +466,13 @@ class EdgeAttention(MessagePassing):
             logit_bias=bias,
             edge_weight=weight,
             dst_ptr=ptr,
+            edge_order=order,
             size=size,
         )
         alpha = self._alpha
         if es.per_head:
             out = out.view(N, H, C)
-        if alpha is not None:
+        if alpha is not None and order is None:
             unsorted = torch.empty_like(alpha)
             unsorted[perm] = alpha
             alpha = unsorted
@@ -441,7 +487,10 @@ class EdgeAttention(MessagePassing):
         logit_bias: Tensor | None,
         edge_weight: Tensor | None,
         dst_ptr: Tensor,
+        edge_order: Tensor | None,
     ) -> Tensor:
+        # edge_order: the sorted edges' positions in the edge set, given while PyG hooks or explain
+        # mode read _alpha: it is kept in the edge set's order then (see the class docstring)
         if edge_feat is not None:
             value_j = value_j + edge_feat
         if query_i is not None and key_j is not None:
@@ -449,12 +498,12 @@ class EdgeAttention(MessagePassing):
                 key_j = key_j + edge_feat
             alpha = segment_softmax(sddmm(query_i, key_j, self.scale, logit_bias), dst_ptr)
             coef = alpha if edge_weight is None else alpha * edge_weight
-            self._alpha = coef
+            self._alpha = coef if edge_order is None else _unsort(coef, edge_order)
             alpha = F.dropout(alpha, p=self.dropout, training=self.training)
             coef = alpha if edge_weight is None else alpha * edge_weight
         else:
             coef = value_j.new_ones(value_j.shape[:2]) if edge_weight is None else edge_weight
-            self._alpha = coef
+            self._alpha = coef if edge_order is None else _unsort(coef, edge_order)
             if self.training and self.dropout > 0:  # drop whole messages, rescaled by 1 / (1 - p)
                 keep = F.dropout(value_j.new_ones(coef.shape, dtype=value_j.dtype), p=self.dropout)
                 coef = coef * keep
@@ -463,6 +512,25 @@ class EdgeAttention(MessagePassing):
             return torch.cat([coef.real.unsqueeze(-1) * value_j, coef.imag.unsqueeze(-1) * value_j],
                              dim=-1)
         return coef.unsqueeze(-1) * value_j
+
+    def explain_message(self, inputs: Tensor, dim_size: int | None,
+                        edge_order: Tensor | None) -> Tensor:
+        r"""Explain mode: message :math:`j \to i` times the explainer's edge mask entry of that
+        edge, the mask being in the order of the edges given (``edge_order`` maps the sorted
+        messages back to it). The layer adds no edges, so the mask must have one entry per edge."""
+        mask = self._edge_mask
+        if mask is None:
+            raise ValueError("explain mode is on but no edge mask was set (PyG's "
+                             "set_masks(model, mask, edge_index) sets it)")
+        if mask.numel() != inputs.size(0):
+            raise ValueError(f"the explainer's edge mask has {mask.numel()} entries but the layer "
+                             f"attends over {inputs.size(0)} edges: explain mode needs the layer's "
+                             f"edges to be the explained edge_index")
+        if self._apply_sigmoid:
+            mask = mask.sigmoid()
+        if edge_order is not None:
+            mask = mask[edge_order]
+        return inputs * mask.view(-1, *([1] * (inputs.dim() - 1)))
 
     def aggregate(self, inputs: Tensor, dst_ptr: Tensor) -> Tensor:
         # destination-sorted edges: a segment sum, deterministic and 0 for empty targets
@@ -490,3 +558,10 @@ class EdgeAttention(MessagePassing):
             f"heads={self.heads}{extra})"
         )
 
+
+def _unsort(sorted_rows: Tensor, order: Tensor) -> Tensor:
+    """Rows given in sorted order back in the original order (``order[p]``: original position of
+    sorted row ``p``)."""
+    out = torch.empty_like(sorted_rows)
+    out[order] = sorted_rows
+    return out

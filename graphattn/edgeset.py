@@ -658,6 +658,47 @@ class EdgeSet(BaseEdgeSet):
             edge_attr=take(es.edge_attr),
         )
 
+    # --------------------------------------------------------- sparse matrices
+    def to_sparse_tensor(self, value: str | Tensor | None = "weight", *,
+                         num_nodes: int | None = None, duplicates: str = "error") -> Any:
+        r"""This edge set as a :class:`torch_sparse.SparseTensor` in PyG's ``adj_t`` orientation:
+        row = target :math:`i`, column = source :math:`j`, sizes ``(N, N + V)``; the entry
+        :math:`(i, j)` holds ``value`` of edge :math:`j \to i` (default: ``weight``; no values
+        without one). Duplicate edges raise a :class:`ValueError` unless
+        ``duplicates="first"``/``"sum"``. Needs ``torch_sparse``. See :mod:`graphattn.interop`."""
+        from graphattn.interop import to_sparse_tensor
+
+        return to_sparse_tensor(self, value, num_nodes=num_nodes, duplicates=duplicates)
+
+    @classmethod
+    def from_sparse_tensor(cls, adj_t: Any, *, value_as: str | None = "weight",
+                           duplicates: str = "error", **fields: Any) -> EdgeSet:
+        """An explicit edge set from a :class:`torch_sparse.SparseTensor` ``adj_t`` (row = target,
+        column = source), its values stored as ``value_as``, edges sorted by (target, source);
+        ``fields``: other :class:`EdgeSet` arguments. See :mod:`graphattn.interop`."""
+        from graphattn.interop import from_sparse_tensor
+
+        return from_sparse_tensor(adj_t, value_as=value_as, duplicates=duplicates, **fields)
+
+    def to_torch_sparse(self, layout: torch.layout = torch.sparse_csr,
+                        value: str | Tensor | None = "weight", *, num_nodes: int | None = None,
+                        duplicates: str = "error") -> Tensor:
+        """This edge set as a plain torch sparse tensor ``[N, N + V]`` (``torch.sparse_csr`` or
+        ``torch.sparse_coo``; row = target, column = source), as :meth:`to_sparse_tensor`; entries
+        without a value are ones. See :mod:`graphattn.interop`."""
+        from graphattn.interop import to_torch_sparse
+
+        return to_torch_sparse(self, layout, value, num_nodes=num_nodes, duplicates=duplicates)
+
+    @classmethod
+    def from_torch_sparse(cls, t: Tensor, *, value_as: str | None = "weight",
+                          duplicates: str = "error", **fields: Any) -> EdgeSet:
+        """An explicit edge set from a torch sparse tensor (COO, CSR or CSC; row = target, column
+        = source), as :meth:`from_sparse_tensor`. See :mod:`graphattn.interop`."""
+        from graphattn.interop import from_torch_sparse
+
+        return from_torch_sparse(t, value_as=value_as, duplicates=duplicates, **fields)
+
     # --------------------------------------------------------------- kernels
     def csr(self, num_nodes: int) -> tuple[Tensor, Tensor, Tensor]:
         """Destination-sorted layout, cached: ``(perm, ptr, rows)``.
@@ -877,18 +918,31 @@ def check_graph_inputs(
     es._validate_indices(num_nodes, batch, checks)
 
 
-def as_edge_set(edges: EdgeSet | Tensor, *, num_heads: int, mode: str = "attention",
+def as_edge_set(edges: EdgeSet | Tensor | Any, *, num_heads: int, mode: str = "attention",
                 edge_attr: Tensor | None = None) -> EdgeSet:
-    """Accepts an EdgeSet or a plain ``edge_index`` tensor (an explicit attention edge set)."""
+    """Accepts an EdgeSet, a plain ``edge_index`` tensor (an explicit attention edge set), or a
+    sparse ``adj_t`` matrix (a :class:`torch_sparse.SparseTensor` or a torch sparse tensor; row =
+    target, column = source, values → ``weight``, edges sorted by (target, source), duplicate
+    entries refused: :meth:`EdgeSet.from_sparse_tensor`, :meth:`EdgeSet.from_torch_sparse`)."""
     if isinstance(edges, EdgeSet):
         if edge_attr is not None:
             if edges.structure != "explicit":
                 raise ValueError("'edge_attr' can only be given with explicit edges")
             edges = edges.replace(edge_attr=edge_attr)
         return edges
-    if isinstance(edges, Tensor):
+    if isinstance(edges, Tensor) and edges.layout == torch.strided:
         return EdgeSet(edges, num_heads=num_heads, mode=mode, edge_attr=edge_attr)
+    from graphattn.interop import from_sparse_tensor, from_torch_sparse, is_sparse_matrix
+
+    if is_sparse_matrix(edges):
+        if edge_attr is not None:
+            raise ValueError("'edge_attr' cannot be given with a sparse adjacency matrix (its rows "
+                             "could not be matched to the matrix entries): store the features as "
+                             "the matrix values, EdgeSet.from_sparse_tensor(adj_t, "
+                             "value_as='edge_attr')")
+        convert = from_torch_sparse if isinstance(edges, Tensor) else from_sparse_tensor
+        return convert(edges, num_heads=num_heads, mode=mode)
     raise ValueError(
-        f"'edges' must be an EdgeSet, an edge_index tensor [2, E] or an EdgeProducer, "
-        f"got {type(edges).__name__}"
+        f"'edges' must be an EdgeSet, an edge_index tensor [2, E], a sparse adj_t matrix or an "
+        f"EdgeProducer, got {type(edges).__name__}"
     )

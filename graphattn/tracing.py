@@ -21,11 +21,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torch import Tensor, nn
 
 from graphattn.edgeset import EdgeSet
+
+if TYPE_CHECKING:  # pragma: no cover
+    import networkx as nx
 
 _ACTIVE: list[AttentionTrace] = []
 
@@ -63,6 +66,18 @@ class TraceRecord:
             name=self.layer,
         )
 
+    def to_networkx(self, head: int | None = None,
+                    graph: int | None = None) -> nx.DiGraph | nx.MultiDiGraph:
+        r"""This call's attention graph as a networkx graph: edge :math:`j \to i` with ``weight``
+        :math:`\alpha_{ij}^h` of head ``head`` (``None``: the mean over heads), its ``origin`` name
+        and ``edge_id`` (row of :attr:`alpha`); nodes with their ``graph`` id; ``graph=g`` keeps
+        graph ``g`` only, relabelled ``0 .. n-1`` (traced id in the node attribute ``index``).
+        Every traced edge is one networkx edge: a :class:`networkx.MultiDiGraph` when a pair occurs
+        twice. See :func:`graphattn.interop.record_to_networkx` for the full rules."""
+        from graphattn.interop import record_to_networkx
+
+        return record_to_networkx(self, head=head, graph=graph)
+
 
 @dataclass
 class AttentionTrace:
@@ -97,6 +112,27 @@ class AttentionTrace:
         The viewer's per-layer table (:func:`graphattn.viz.view.layer_stats`) is the same function
         restricted to one graph."""
         return [rec.statistics() for rec in self.records]
+
+    def record(self, layer: int | str) -> TraceRecord:
+        """A record by position (negative counts from the end) or by layer name (which must name
+        exactly one recorded call)."""
+        if isinstance(layer, str):
+            found = [rec for rec in self.records if rec.layer == layer]
+            if len(found) != 1:
+                names = [rec.layer for rec in self.records]
+                raise ValueError(f"'layer' {layer!r} must name exactly one recorded call, "
+                                 f"found {len(found)}; recorded: {names}")
+            return found[0]
+        n = len(self.records)
+        if isinstance(layer, bool) or not isinstance(layer, int) or not -n <= layer < n:
+            raise ValueError(f"'layer' must be a layer name or an int in [-{n}, {n}) (one per "
+                             f"recorded call), got {layer!r}")
+        return self.records[layer]
+
+    def to_networkx(self, layer: int | str, head: int | None = None,
+                    graph: int | None = None) -> nx.DiGraph | nx.MultiDiGraph:
+        """:meth:`TraceRecord.to_networkx` of the recorded call ``layer`` (see :meth:`record`)."""
+        return self.record(layer).to_networkx(head=head, graph=graph)
 
 
 def is_tracing() -> bool:

@@ -1,5 +1,6 @@
-"""Data sets (offline, md5-verified), the ListOps generator, and loaders that turn sequences,
-images and point clouds into graphs."""
+"""Data sets (offline, md5-verified), the ListOps generator, UCR/UEA time series bundled with sktime,
+and loaders that turn sequences (tokens or real-valued series), images and point clouds into
+graphs."""
 
 from graphattn.data.fashion_mnist import FashionMNIST
 from graphattn.data.listops import ListOps
@@ -20,6 +21,7 @@ from graphattn.data.store import (
     registry,
 )
 from graphattn.data.tu import TUDataset
+from graphattn.data.ucr import UCRDataset
 
 __all__ = [
     "CorruptedDataError",
@@ -36,6 +38,7 @@ __all__ = [
     "RebuiltCacheWarning",
     "SequenceToGraph",
     "TUDataset",
+    "UCRDataset",
     "UnreadableDataError",
     "data_root",
     "fetch",

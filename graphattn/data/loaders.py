@@ -4,7 +4,9 @@ Node order is part of the contract, because order-dependent producers (sliding w
 Sliceformer, Converter) read it:
 
 * **sequence** → one node per token in token order, ``pos = [index]``; an optional CLS node sits at
-  local index 0 (the readout of sequence classification);
+  local index 0 (the readout of sequence classification). A real-valued series (a time series,
+  ``[L]`` or ``[L, C]``) gives one node per time step, or per non-overlapping patch of
+  ``patch_size`` steps, in time order, with the same CLS convention;
 * **image** → pixels or non-overlapping patches in raster (row-major) order, ``pos = (row, col)``,
   4- or 8-neighbour grid edges; an optional CLS node at local index 0;
 * **point cloud** → points, ``pos`` = coordinates, k-nearest-neighbour edges; optionally re-ordered
@@ -68,22 +70,89 @@ def _band_edges(n: int, window: int, offset: int = 0) -> Tensor:
     return torch.cat(parts, 1) + offset
 
 
+def _check_bool(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"'{name}' must be True or False, got {value!r}")
+    return value
+
+
+def zscore(x: Tensor) -> Tensor:
+    r"""Per-channel z-score of a series ``x`` ``[L, C]`` over its time steps.
+
+    :math:`\hat x_{tc} = (x_{tc} - \mu_c) / \sigma_c` with :math:`\mu_c = \frac1L \sum_t x_{tc}`
+    and :math:`\sigma_c = \sqrt{\frac1L \sum_t (x_{tc} - \mu_c)^2}` (the population standard
+    deviation); a constant channel (:math:`\sigma_c = 0`) becomes all zeros. Computed in float64 and
+    returned in ``x``'s dtype; an empty series is returned as it is."""
+    if x.size(0) == 0:
+        return x
+    xd = x.double()
+    mu = xd.mean(0, keepdim=True)
+    centred = xd - mu
+    sigma = centred.pow(2).mean(0, keepdim=True).sqrt()
+    return torch.where(sigma > 0, centred / torch.where(sigma > 0, sigma, 1.0), 0.0).to(x.dtype)
+
+
+def patch_series(x: Tensor, patch_size: int) -> tuple[Tensor, Tensor]:
+    r"""Non-overlapping patches of a series ``x`` ``[L, C]``: ``(values [n, p·C], valid [n])``.
+
+    With :math:`p` = ``patch_size`` and :math:`n = \lceil L / p \rceil`, patch :math:`k` holds the
+    steps :math:`kp, \dots, kp + p - 1` flattened time-major (row :math:`k` is
+    :math:`x_{kp,1..C}, x_{kp+1,1..C}, \dots`). A ragged tail (:math:`L \bmod p \ne 0`) is padded
+    with zeros after the last real step, so no value is dropped; ``valid[k]`` =
+    :math:`(\min(L, (k+1)p) - kp) / p` is the fraction of the patch's steps that are real (1 except
+    for a ragged last patch), which locates the padding exactly since it always ends the patch."""
+    if not isinstance(x, Tensor) or x.dim() != 2 or not x.is_floating_point():
+        raise ValueError(f"patch_series needs the series 'x' as a real [L, C] tensor, got "
+                         f"{_describe(x)}")
+    p = check_positive_int("patch_size", patch_size)
+    L, C = x.shape
+    n = -(-L // p)
+    pad = n * p - L
+    if pad:
+        x = torch.cat([x, x.new_zeros(pad, C)])
+    values = x.reshape(n, p * C)
+    real = (torch.clamp(L - torch.arange(n, device=x.device) * p, max=p)).to(x.dtype)
+    return values, real / p
+
+
 class SequenceToGraph(BaseTransform):
-    r"""Token sequence (``data.tokens`` ``[L]``, long) → graph with one node per token.
+    r"""Sequence → graph with one node per token, time step or patch, in sequence order.
 
-    ``x`` = token ids ``[N]`` (use ``GraphTransformer(node_encoder="embedding")``), ``pos`` =
-    ``[N, 1]`` positions. Edges ``j \to i`` for ``0 < |i - j| \le`` ``window`` (none if ``window``
-    is 0). With ``cls_token`` set, a CLS node (that id) is prepended at local index 0 with
-    ``pos = -1``, connected both ways to every token when ``cls_edges``. ``pad_to`` with
-    ``pad_token`` appends padding tokens as real nodes (parity with padded benchmarks).
+    **Tokens** (``data.tokens`` ``[L]``, or an integer ``data.x`` without it): ``x`` = token ids
+    ``[N]`` (use ``GraphTransformer(node_encoder="embedding")``), ``pos`` = ``[N, 1]`` positions.
+    With ``cls_token`` set, a CLS node (that id) is prepended at local index 0 with ``pos = -1``.
+    ``pad_to`` with ``pad_token`` appends padding tokens as real nodes (parity with padded
+    benchmarks). ``window``, ``pad_to``, ``cls_token`` and ``pad_token`` are non-negative ints (token
+    ids are indices into an embedding). The tokens may have any integer dtype (they become
+    ``long``); negative ids are refused.
 
-    ``window``, ``pad_to``, ``cls_token`` and ``pad_token`` are non-negative ints (token ids are
-    indices into an embedding); a window wider than the sequence connects every pair of tokens.
-    The tokens may have any integer dtype (they become ``long``); negative ids are refused.
+    **Real-valued series** (a floating-point ``data.x`` of shape ``[L]`` or ``[L, C]``; ``[L]`` is
+    read as ``[L, 1]``): ``x`` = float32 features ``[N, F]`` (use ``node_encoder="linear"``).
+    Optionally each channel is first z-scored over time (``normalize=True``, see :func:`zscore`).
+    With ``patch_size`` :math:`p > 1` the steps are grouped into :math:`N = \lceil L/p \rceil`
+    non-overlapping patches (:func:`patch_series`): a ragged tail is zero-padded, never dropped,
+    and a last feature column holds the fraction of real steps in each patch (1, except for a
+    ragged last patch). With ``cls=True`` a CLS node is prepended at local index 0: ``x`` gains a
+    first indicator column (1 on the CLS node, 0 elsewhere) and the CLS row is otherwise zero,
+    ``pos = -1``. The features of node :math:`k` are thus
+
+    .. math:: [\,\mathbb 1_{\text{cls}}\,]\;\Vert\;\mathrm{vec}(x_{kp:(k+1)p,\,1:C})\;\Vert\;
+              [\,\text{valid}_k\,]
+
+    (bracketed parts only with ``cls=True`` / :math:`p > 1`), so ``F = p·C + cls + (p > 1)``,
+    independent of ``L`` (series of different lengths batch together). ``pos`` is the patch
+    (or step) index. NaN or infinite values are refused; ``cls_token`` and ``pad_to`` apply to
+    tokens only, and ``cls``, ``patch_size > 1`` and ``normalize`` to series only (a mismatch is
+    refused, naming the option).
+
+    Edges (both kinds): ``j \to i`` for ``0 < |i - j| \le`` ``window`` among the token / patch
+    nodes (none if ``window`` is 0; a window wider than the sequence connects every pair), and with
+    a CLS node and ``cls_edges`` both ways between it and every other node.
     """
 
     def __init__(self, window: int = 0, cls_token: int | None = None, cls_edges: bool = True,
-                 pad_to: int | None = None, pad_token: int = 0) -> None:
+                 pad_to: int | None = None, pad_token: int = 0, *, patch_size: int = 1,
+                 cls: bool = False, normalize: bool = False) -> None:
         self.window = check_positive_int("window", window, allow_zero=True)
         self.cls_token = None if cls_token is None else check_positive_int(
             "cls_token", cls_token, allow_zero=True)
@@ -91,42 +160,104 @@ class SequenceToGraph(BaseTransform):
         self.pad_to = None if pad_to is None else check_positive_int("pad_to", pad_to,
                                                                      allow_zero=True)
         self.pad_token = check_positive_int("pad_token", pad_token, allow_zero=True)
+        self.patch_size = check_positive_int("patch_size", patch_size)
+        self.cls = _check_bool("cls", cls)
+        self.normalize = _check_bool("normalize", normalize)
+        if self.cls and self.cls_token is not None:
+            raise ValueError("'cls' (a CLS node for real-valued series) and 'cls_token' (the CLS id "
+                             "of token sequences) exclude each other; set one")
 
     def forward(self, data: Data) -> Data:
         key = "tokens" if "tokens" in data else "x"
-        tokens = data[key] if key in data else None
+        seq = data[key] if key in data else None
+        if key == "x" and isinstance(seq, Tensor) and seq.dim() in (1, 2) \
+                and seq.is_floating_point():
+            x, pos, num_cls = self._series(seq)
+        else:
+            x, pos, num_cls = self._tokens(seq, key)
+        n = x.size(0) - num_cls
+        edges = [_band_edges(n, self.window, num_cls)]
+        if num_cls and self.cls_edges and n:
+            t = torch.arange(1, n + 1)
+            edges += [torch.stack([t, torch.zeros_like(t)]), torch.stack([torch.zeros_like(t), t])]
+        out = Data(x=x, pos=pos[:, None], edge_index=torch.cat(edges, 1), num_nodes=x.size(0))
+        for k in data.keys():
+            if k not in ("tokens", "x", "pos", "edge_index", "num_nodes"):
+                out[k] = data[k]
+        return out
+
+    def _check_edges(self, n: int, cls: bool, what: str, device: torch.device) -> None:
+        cls_edges = 2 * n if cls and self.cls_edges else 0
+        check_edges(_band_edge_count(n, self.window) + cls_edges,
+                    what=f"SequenceToGraph(window={self.window}) on {n:,} {what}",
+                    how_to_lower="lower window (or pad_to)" if what == "tokens"
+                    else "lower window (or a larger patch_size)", device=device)
+
+    def _tokens(self, tokens: Any, key: str) -> tuple[Tensor, Tensor, int]:
+        """Token ids (with CLS and padding), positions and the number of CLS nodes (0 or 1)."""
         if not isinstance(tokens, Tensor) or tokens.dim() != 1 or tokens.is_floating_point() \
                 or tokens.is_complex() or tokens.dtype == torch.bool:
+            if key == "x" and tokens is not None:
+                raise ValueError(f"SequenceToGraph needs 'x' (data.x) as a real-valued series "
+                                 f"([L] or [L, C]) or as 1-D integer 'tokens' (token ids), got "
+                                 f"{_describe(tokens)}")
+            hint = ""
+            if isinstance(tokens, Tensor) and tokens.is_floating_point():
+                hint = "; put a real-valued series in data.x instead"
             raise ValueError(f"SequenceToGraph needs 'tokens' (data.tokens, or data.x without it) "
-                             f"as a 1-D integer tensor of token ids, got {_describe(tokens)}"
+                             f"as a 1-D integer tensor of token ids{hint}, got {_describe(tokens)}"
                              + ("" if tokens is None else f" in data.{key}"))
+        for name, bad in (("cls", self.cls), ("patch_size", self.patch_size > 1),
+                          ("normalize", self.normalize)):
+            if bad:
+                raise ValueError(f"'{name}' applies to real-valued series, but data.{key} holds "
+                                 f"integer 'tokens'" + (" (token sequences take cls_token)"
+                                                        if name == "cls" else ""))
         tokens = tokens.long()
         if tokens.numel() and int(tokens.min()) < 0:
             raise ValueError(f"'tokens' (data.{key}) holds a negative token id "
                              f"({int(tokens.min())})")
         n = max(tokens.numel(), self.pad_to or 0)
-        cls_edges = 2 * n if self.cls_token is not None and self.cls_edges else 0
-        check_edges(_band_edge_count(n, self.window) + cls_edges,
-                    what=f"SequenceToGraph(window={self.window}) on {n:,} tokens",
-                    how_to_lower="lower window (or pad_to)", device=tokens.device)
+        self._check_edges(n, self.cls_token is not None, "tokens", tokens.device)
         if n > tokens.numel():
             pad = tokens.new_full((n - tokens.numel(),), self.pad_token)
             tokens = torch.cat([tokens, pad])
-        L = tokens.numel()
-        off = 0 if self.cls_token is None else 1
-        edges = [_band_edges(L, self.window, off)]
-        pos = torch.arange(L, dtype=torch.float)
-        if self.cls_token is not None:
-            tokens = torch.cat([tokens.new_tensor([self.cls_token]), tokens])
-            pos = torch.cat([pos.new_tensor([-1.0]), pos])
-            if self.cls_edges and L:
-                t = torch.arange(1, L + 1)
-                edges += [torch.stack([t, torch.zeros_like(t)]), torch.stack([torch.zeros_like(t), t])]
-        out = Data(x=tokens, pos=pos[:, None], edge_index=torch.cat(edges, 1), num_nodes=tokens.numel())
-        for key in data.keys():
-            if key not in ("tokens", "x", "pos", "edge_index", "num_nodes"):
-                out[key] = data[key]
-        return out
+        pos = torch.arange(n, dtype=torch.float)
+        if self.cls_token is None:
+            return tokens, pos, 0
+        tokens = torch.cat([tokens.new_tensor([self.cls_token]), tokens])
+        return tokens, torch.cat([pos.new_tensor([-1.0]), pos]), 1
+
+    def _series(self, series: Tensor) -> tuple[Tensor, Tensor, int]:
+        """Patch features (with the CLS row), positions and the number of CLS nodes (0 or 1)."""
+        for name, value in (("cls_token", self.cls_token), ("pad_to", self.pad_to)):
+            if value is not None:
+                raise ValueError(f"'{name}' applies to token sequences, but data.x holds a "
+                                 f"real-valued series 'x' ({_describe(series)})"
+                                 + ("; use cls=True for a CLS node" if name == "cls_token" else ""))
+        x = series.float()
+        if x.dim() == 1:
+            x = x[:, None]
+        L, C = x.shape
+        if C == 0:
+            raise ValueError(f"the series 'x' (data.x) has no channels: shape {list(series.shape)}")
+        _check_finite("x", x)
+        p = self.patch_size
+        n = -(-L // p)
+        self._check_edges(n, self.cls, "patches" if p > 1 else "steps", x.device)
+        if self.normalize:
+            x = zscore(x)
+        values, valid = patch_series(x, p)
+        feats = [values] + ([valid[:, None]] if p > 1 else [])
+        pos = torch.arange(n, dtype=torch.float)
+        if self.cls:
+            feats.insert(0, values.new_zeros(n, 1))
+        x = torch.cat(feats, 1)
+        if not self.cls:
+            return x, pos, 0
+        head = x.new_zeros(1, x.size(1))
+        head[0, 0] = 1.0
+        return torch.cat([head, x]), torch.cat([pos.new_tensor([-1.0]), pos]), 1
 
 
 def grid_edges(h: int, w: int, connectivity: int = 4) -> Tensor:

@@ -12,6 +12,6 @@ PRODUCER_NAMES = ("input", "full", "window", "global", "knn", "random", "expande
 MODEL_NAMES = ("hybrid", "samsa", "converter")
 #: the benchmark tasks (``graphattn run --task NAME``)
 TASK_NAMES = ("cora", "citeseer", "pubmed", "peptides-func", "peptides-struct", "mutag", "proteins",
-              "enzymes", "listops", "fashion-mnist", "geometric-shapes")
+              "enzymes", "listops", "fashion-mnist", "geometric-shapes", "ucr")
 #: local message-passing layers (``graphattn run --conv NAME``)
 CONV_NAMES = ("gcn", "gin", "gine", "gat", "sage", "resgated")

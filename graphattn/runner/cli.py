@@ -38,6 +38,8 @@ examples:
   graphattn run --config examples/configs/listops.toml --epochs 2 --out runs/listops-try
   graphattn run --task peptides-func --conv gine \\
       --producer '{{"name": "union", "producers": ["input", "expander", "virtual"]}}'
+  torchrun --nproc-per-node 2 -m graphattn run --task peptides-func  # data-parallel, 2 processes
+  graphattn run --task pubmed --loader neighbor --batch-size 32 --num-neighbors 10 10
 """
 
 
@@ -118,8 +120,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     o.add_argument("--epochs", type=int, metavar="N", help="training epochs" + _d("epochs"))
     o.add_argument("--lr", type=float, metavar="LR", help="learning rate" + _d("lr"))
     o.add_argument("--weight-decay", type=float, metavar="W", help="weight decay" + _d("weight_decay"))
-    o.add_argument("--batch-size", type=int, metavar="N", help="graphs per batch (graph tasks)"
+    o.add_argument("--batch-size", type=int, metavar="N",
+                   help="graphs per batch (graph tasks; the global batch when distributed), or "
+                        "seed nodes per batch with --loader neighbor"
                    + _d("batch_size"))
+    o.add_argument("--loader", choices=["full", "neighbor"],
+                   help="node tasks: the whole graph every step, or PyG's NeighborLoader "
+                        "(--batch-size seed nodes, --num-neighbors per hop)" + _d("loader"))
+    o.add_argument("--num-neighbors", type=int, nargs="+", metavar="K",
+                   help="neighbours sampled per hop with --loader neighbor, -1 for all "
+                        "(default: 10 per layer)")
     o.add_argument("--scheduler", choices=["none", "cosine"],
                    help="learning-rate schedule after the warm-up" + _d("scheduler"))
     o.add_argument("--warmup-epochs", type=int, metavar="N", help="linear learning-rate warm-up"
@@ -196,6 +206,8 @@ def main(args: argparse.Namespace) -> int:
     from graphattn.runner.train import run_experiment
 
     res = run_experiment(cfg)
+    if not res["is_main"]:  # a torchrun rank other than 0: rank 0 reports
+        return 0
     s = res["summary"]
     out = res["config"]["out"]
     print(f"\n{s['task']} ({res['task_notes']})")

@@ -49,6 +49,10 @@ DEFAULTS: dict[str, Any] = {
     "lr": 0.01,
     "weight_decay": 5e-4,
     "batch_size": 32,
+    # node tasks: "full" (the whole graph every step) or "neighbor" (PyG's NeighborLoader:
+    # batch_size seed nodes per step, num_neighbors sampled per hop; none: 10 per layer)
+    "loader": "full",
+    "num_neighbors": None,
     "scheduler": "none",
     "warmup_epochs": 0,
     "grad_clip": None,
@@ -111,6 +115,10 @@ TASK_DEFAULTS: dict[str, dict[str, Any]] = {
     "geometric-shapes": {"conv": None, "producer": {"name": "knn", "k": 16}, "layers": 3,
                          "hidden": 64, "dropout": 0.0, "lr": 1e-3, "weight_decay": 0.0,
                          "epochs": 100, "batch_size": 8, "head_layers": 2},
+    # UCR/UEA time series (sktime's bundled files), one node per step: full attention, pre-norm
+    "ucr": {"conv": None, "producer": "full", "layers": 3, "hidden": 64, "heads": 4, "dropout": 0.1,
+            "lr": 1e-3, "weight_decay": 0.01, "optimizer": "adamw", "epochs": 100, "batch_size": 16,
+            "scheduler": "cosine", "warmup_epochs": 5, "norm_first": True, "head_layers": 2},
 }
 
 
@@ -216,6 +224,10 @@ SCHEMA: dict[str, tuple[Callable[[Any], bool], str]] = {
     "lr": _POS_NUM,
     "weight_decay": _NONNEG_NUM,
     "batch_size": _POS_INT,
+    "loader": (lambda v: v in ("full", "neighbor"), "'full' or 'neighbor'"),
+    "num_neighbors": (lambda v: v is None or (isinstance(v, list) and len(v) > 0
+                                             and all(_int(k) and (k > 0 or k == -1) for k in v)),
+                      "a non-empty list of neighbours per hop (positive ints, -1 for all)"),
     "scheduler": (lambda v: v in ("none", "cosine"), "'none' or 'cosine'"),
     "warmup_epochs": _NONNEG_INT,
     "grad_clip": (_optional(_NONNEG_NUM[0]), "a non-negative number (0 or left out: no clipping)"),

@@ -24,6 +24,7 @@ from graphattn.data import (
     PointCloudToGraph,
     SequenceToGraph,
     TUDataset,
+    UCRDataset,
 )
 from graphattn.data.fashion_mnist import CLASSES as FASHION_CLASSES
 from graphattn.data.listops import TOKEN_ID, VOCAB
@@ -177,6 +178,32 @@ def _fashion(name: str, root: Any, patch_size: int = 4, num_train: int | None = 
                       f"10000 test")
 
 
+def _ucr(name: str, root: Any, dataset: str = "GunPoint", patch_size: int = 1, cls: bool = False,
+         normalize: bool = False, window: int = 0, val_fraction: float = 0.2, split_seed: int = 0,
+         **_: Any) -> Task:
+    # UCR/UEA problems bundled with sktime (offline); the graph options go to SequenceToGraph
+    if isinstance(val_fraction, bool) or not isinstance(val_fraction, (int, float)) \
+            or not 0 <= val_fraction < 1:
+        raise ValueError(f"task option 'val_fraction' must be a number in [0, 1), got "
+                         f"{val_fraction!r}")
+    graph = SequenceToGraph(window=window, patch_size=patch_size, cls=cls, normalize=normalize)
+    train_full = UCRDataset(dataset, root, "train", graph=graph)
+    test = UCRDataset(dataset, root, "test", graph=graph)
+    idx = _stratified_split(train_full.labels, (float(val_fraction), 0.0), split_seed)
+    splits = {"train": train_full[idx["train"]], "val": train_full[idx["val"]], "test": test}
+    lengths = train_full.lengths()
+    return Task(name=name, level="graph", modality="sequence", loss="ce", metric="accuracy",
+                out_channels=train_full.num_classes, splits=splits, labels=train_full.classes,
+                model_defaults={"node_encoder": "linear", "pool": "cls" if cls else "mean",
+                                "pe": "position"},
+                notes=f"UCR/UEA {train_full.name} bundled with sktime ({train_full.num_channels} "
+                      f"channel(s), length {int(lengths.min())}-{int(lengths.max())}); official "
+                      f"TRAIN/TEST split, {len(idx['val'])} validation series held out of the "
+                      f"{len(train_full)} TRAIN series (stratified, seed {split_seed}), "
+                      f"{len(test)} test; patch_size {patch_size}"
+                      + (", z-scored per series" if normalize else ""))
+
+
 class _Resampled(torch.utils.data.Dataset):
     """The same meshes, with points sampled by a fixed per-item seed (a deterministic view)."""
 
@@ -227,6 +254,7 @@ TASKS: dict[str, Callable[..., Task]] = {
     "listops": _listops,
     "fashion-mnist": _fashion,
     "geometric-shapes": _shapes,
+    "ucr": _ucr,
 }
 
 

@@ -23,6 +23,7 @@ from tqdm.auto import tqdm
 from graphattn.data.store import atomic_torch_save
 from graphattn.nn import GraphTransformer, get_model
 from graphattn.policy import ReinforceBaseline, per_graph_log_likelihood
+from graphattn.runner import distributed as D
 from graphattn.runner.checkpoint import load_checkpoint
 from graphattn.runner.config import (
     DEFAULTS,
@@ -185,23 +186,67 @@ def _set_rng_state(state: dict[str, Any], loader_gen: torch.Generator,
 _RUN_ONLY = ("resume", "overwrite", "progress", "out", "seeds", "threads")
 
 
-class Trainer:
-    """One seed of one experiment."""
+class _TrainingForward(nn.Module):
+    """What :class:`~torch.nn.parallel.DistributedDataParallel` wraps: the model's training
+    forward, returning the predictions, the signals and, as a list, every tensor the signals carry
+    (auxiliary losses, log-probabilities), so that DDP finds every output the loss may use."""
 
-    def __init__(self, cfg: dict[str, Any], task: Task, seed: int, out_dir: Path | None) -> None:
-        self.cfg, self.task, self.seed = cfg, task, seed
+    def __init__(self, model: GraphTransformer) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, batch: Any) -> tuple[Tensor, Any, list[Tensor]]:
+        out, signals = self.model(batch, return_signals=True)
+        carried = [t for es in signals.edge_sets
+                   for t in (es.aux_loss, es.log_prob, es.log_prob_graph) if t is not None]
+        return out, signals, carried
+
+
+#: rank r's random streams (dropout, sampled edges) are seeded with ``seed + RANK_STREAM * r``
+RANK_STREAM = 1_000_003
+
+
+class Trainer:
+    """One seed of one experiment. With ``world`` (a process group set up by
+    :func:`graphattn.runner.distributed.setup`), one rank of a data-parallel run: the model is
+    wrapped in :class:`~torch.nn.parallel.DistributedDataParallel`, each rank trains on its share
+    of every global batch, metrics are computed on the whole split gathered from all ranks, and
+    rank 0 writes the checkpoints (with every rank's random state)."""
+
+    def __init__(self, cfg: dict[str, Any], task: Task, seed: int, out_dir: Path | None,
+                 world: D.World | None = None, device: str | None = None) -> None:
+        self.cfg, self.task, self.seed, self.world = cfg, task, seed, world
+        if world is not None and task.level == "node":
+            raise ValueError(f"distributed training takes graph-level tasks; {task.name!r} is a "
+                             f"node task (train it in one process, with --loader neighbor for a "
+                             f"large graph)")
+        if cfg["loader"] == "neighbor" and task.level != "node":
+            raise ValueError(f"--loader neighbor samples subgraphs of one large graph (node tasks); "
+                             f"{task.name!r} is a graph-level task, batched whole")
         self.out_dir = out_dir / f"seed{seed}" if out_dir is not None else None
-        self.device = torch.device(cfg["device"])
+        self.device = torch.device(device or cfg["device"])
+        self.is_main = world is None or world.is_main
         _seed_everything(seed)
         self.model = build_model(cfg, task).to(self.device)
         self._materialise()
+        self.ddp: nn.Module | None = None
+        if world is not None:
+            from torch.nn.parallel import DistributedDataParallel
+
+            # find_unused_parameters: a producer may leave parameters out of a step (sampled
+            # edges, a branch the batch does not reach); rank 0's initial weights are broadcast
+            self.ddp = DistributedDataParallel(
+                _TrainingForward(self.model), find_unused_parameters=True,
+                device_ids=[self.device.index] if self.device.type == "cuda" else None)
         opt = torch.optim.AdamW if cfg["optimizer"] == "adamw" else torch.optim.Adam
         self.optimizer = opt(self.model.parameters(), lr=cfg["lr"], weight_decay=cfg["weight_decay"])
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_factor)
         self.baseline = ReinforceBaseline(cfg["pg_momentum"])
         self.loader_gen = torch.Generator()
-        self.loader_gen.manual_seed(seed)
-        _seed_everything(seed)  # the same RNG stream whatever the dry run consumed
+        self.loader_gen.manual_seed(seed)  # the same on every rank: one epoch order for all
+        # the same RNG stream whatever the dry run consumed; each rank its own stream
+        _seed_everything(seed + RANK_STREAM * (world.rank if world is not None else 0))
+        self._neighbor_loader: Any = None
         self.epoch = 0
         self.history: list[dict[str, Any]] = []
         self.best: dict[str, Any] | None = None
@@ -243,9 +288,19 @@ class Trainer:
             "history": self.history, "best": self.best, "elapsed": self.elapsed,
         }
 
+    def _rank_state(self) -> dict[str, Any]:
+        return {"rng": _rng_state(self.loader_gen, self.device), "baseline": self.baseline.state_dict()}
+
     def save(self, name: str) -> None:
-        if self.out_dir is not None:
-            atomic_torch_save(self.checkpoint(), self.out_dir / name)
+        """Writes the checkpoint ``name`` (rank 0; every rank takes part, giving its random state
+        and REINFORCE baseline, which the checkpoint keeps per rank)."""
+        ranks = D.gather_objects(self._rank_state(), self.world) if self.world is not None else None
+        if self.out_dir is None or not self.is_main:
+            return
+        ck = self.checkpoint()
+        if ranks is not None:
+            ck["world_size"], ck["ranks"] = len(ranks), ranks
+        atomic_torch_save(ck, self.out_dir / name)
 
     def resume(self) -> bool:
         path = self.out_dir / "last.pt" if self.out_dir is not None else None
@@ -260,11 +315,17 @@ class Trainer:
         if mine != theirs:
             diff = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
             raise ValueError(f"cannot resume {path}: its config differs in {diff}")
+        size = self.world.size if self.world is not None else 1
+        if ck.get("world_size", 1) != size:
+            raise ValueError(f"cannot resume {path}: it was written by a run of "
+                             f"{ck.get('world_size', 1)} process(es), this one has {size} (each "
+                             f"rank's random state is in the checkpoint; resume with as many)")
         self.model.load_state_dict(ck["model"])
         self.optimizer.load_state_dict(ck["optimizer"])
         self.scheduler.load_state_dict(ck["scheduler"])
-        self.baseline.load_state_dict(ck["baseline"])
-        _set_rng_state(ck["rng"], self.loader_gen, self.device)
+        mine_state = ck["ranks"][self.world.rank] if self.world is not None else ck
+        self.baseline.load_state_dict(mine_state["baseline"])
+        _set_rng_state(mine_state["rng"], self.loader_gen, self.device)
         self.epoch, self.history, self.best = ck["epoch"], ck["history"], ck["best"]
         self.elapsed = ck["elapsed"]
         return True
@@ -273,8 +334,11 @@ class Trainer:
     def _step_loss(self, batch: Any, mask: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
         """``(objective, task loss, predictions)``: the optimised objective adds the auxiliary and
         policy-gradient terms to the task loss (which is logged on its own)."""
-        model, task, cfg = self.model, self.task, self.cfg
-        out, signals = model(batch, return_signals=True)
+        task, cfg = self.task, self.cfg
+        if self.ddp is not None:
+            out, signals, _ = self.ddp(batch)
+        else:
+            out, signals = self.model(batch, return_signals=True)
         if out.size(0) != batch.y.size(0):
             raise ValueError(f"the model returned {out.size(0)} predictions for {batch.y.size(0)} "
                              f"targets")
@@ -296,14 +360,22 @@ class Trainer:
             loss = loss + cfg["pg_weight"] * self.baseline.loss(terms, rewards)
         return loss, task_value, out
 
-    def train_step(self, batch: Any, mask: Tensor | None = None) -> tuple[float, float, Tensor]:
+    def train_step(self, batch: Any, mask: Tensor | None = None,
+                   weight: float = 1.0) -> tuple[float, float, Tensor]:
         """One optimizer step on ``batch`` (already on the device): forward, the objective,
         backward, gradient clipping, the optimizer. Returns ``(task loss, objective, predictions)``;
         a non-finite objective raises :class:`FloatingPointError` before any parameter changes.
-        One device-to-host transfer (the two losses, for the check and the logs)."""
+        One device-to-host transfer (the two losses, for the check and the logs).
+
+        In a distributed run the objective is scaled by ``weight`` (this rank's
+        :func:`~graphattn.runner.distributed.loss_weight`) and the returned losses are those of the
+        whole global batch (the mean over ranks of the scaled losses; every rank gets the same)."""
         self.optimizer.zero_grad(set_to_none=True)
         loss, task_value, out = self._step_loss(batch, mask)
-        task_f, objective_f = torch.stack([task_value.detach(), loss.detach()]).tolist()
+        if weight != 1.0:
+            loss, task_value = loss * weight, task_value * weight
+        both = D.mean_over_ranks(torch.stack([task_value.detach(), loss.detach()]), self.world)
+        task_f, objective_f = both.tolist()
         if not math.isfinite(objective_f):
             raise FloatingPointError(f"non-finite training loss at epoch {self.epoch + 1}")
         loss.backward()
@@ -313,18 +385,71 @@ class Trainer:
         return task_f, objective_f, out
 
     def _train_batches(self) -> tuple[Any, int]:
-        """``(iterable of (batch, mask), steps per epoch)``."""
+        """``(iterable of (batch, mask, loss weight), steps per epoch)``."""
         task, cfg = self.task, self.cfg
         if task.level == "node":
-            return [(task.graph, task.graph.train_mask)], 1
-        loader = DataLoader(task.splits["train"], batch_size=cfg["batch_size"], shuffle=True,
-                            generator=self.loader_gen, drop_last=False)
-        return ((b, None) for b in loader), len(loader)
+            if cfg["loader"] == "neighbor":
+                loader = self._neighbors()
+                return ((b, _seed_mask(b), 1.0) for b in loader), len(loader)
+            return [(task.graph, task.graph.train_mask, 1.0)], 1
+        train = task.splits["train"]
+        if self.world is None:
+            loader = DataLoader(train, batch_size=cfg["batch_size"], shuffle=True,
+                                generator=self.loader_gen, drop_last=False)
+            return ((b, None, 1.0) for b in loader), len(loader)
+        sampler = D.RankShardSampler(train, cfg["batch_size"], self.loader_gen, self.world)
+        # the loader draws from the generator as the single-process one does (its base seed, then
+        # the epoch order), so both see the same global batches
+        loader = DataLoader(train, batch_sampler=sampler, generator=self.loader_gen)
+        n, size = len(train), cfg["batch_size"]
+        return ((b, None, D.loss_weight(b.num_graphs, min(size, n - k * size), self.world))
+                for k, b in enumerate(loader)), len(loader)
+
+    def _neighbors(self) -> Any:
+        """PyG's :class:`~torch_geometric.loader.NeighborLoader` over the training nodes: each
+        batch is the subgraph sampled around ``batch_size`` seed nodes (``num_neighbors`` per hop;
+        default 10 per layer), which the producers see as one graph; the loss is taken on the seed
+        nodes. Built once per trainer; shuffled by the run's loader generator, neighbours drawn
+        from torch's seeded random stream."""
+        if self._neighbor_loader is None:
+            import warnings
+
+            import torch_geometric.typing as pyg_typing
+            from torch_geometric.loader import NeighborLoader
+
+            if not (pyg_typing.WITH_PYG_LIB or pyg_typing.WITH_TORCH_SPARSE):
+                raise ImportError("--loader neighbor samples with pyg-lib or torch-sparse, and "
+                                  "neither is installed: pip install --no-deps --find-links "
+                                  "../shared/wheels torch-scatter==2.1.2 torch-sparse==0.6.18 "
+                                  "(prebuilt for torch 2.13.0), or pyg-lib")
+            g = self.task.graph
+            hops = self.cfg["num_neighbors"] or [10] * self.cfg["layers"]
+            with warnings.catch_warnings():
+                # torch-sparse's sampler works; PyG only prefers pyg-lib's
+                warnings.filterwarnings("ignore", message=".*without a 'pyg-lib' installation")
+                self._neighbor_loader = NeighborLoader(
+                    g, num_neighbors=list(hops), input_nodes=g.train_mask,
+                    batch_size=self.cfg["batch_size"], shuffle=True, generator=self.loader_gen)
+        return self._neighbor_loader
+
+    def dropped_per_epoch(self) -> int:
+        """Training graphs a distributed run leaves out of each epoch (a last global batch with
+        fewer graphs than processes); 0 for a single process."""
+        if self.world is None or self.task.level == "node":
+            return 0
+        rest = len(self.task.splits["train"]) % self.cfg["batch_size"]
+        return rest if rest < self.world.size else 0
 
     def steps_per_epoch(self) -> int:
         if self.task.level == "node":
+            if self.cfg["loader"] == "neighbor":
+                n = int(self.task.graph.train_mask.sum())
+                return math.ceil(n / self.cfg["batch_size"])
             return 1
-        return math.ceil(len(self.task.splits["train"]) / self.cfg["batch_size"])
+        n, size = len(self.task.splits["train"]), self.cfg["batch_size"]
+        if self.world is not None:
+            return n // size + (1 if n % size >= self.world.size else 0)
+        return math.ceil(n / size)
 
     def train_epoch(self, deadline: float | None = None,
                     on_step: Callable[[float], None] | None = None) -> float:
@@ -338,10 +463,10 @@ class Trainer:
         losses, objectives = [], []
         outs, ys = [], []
         batches, _ = self._train_batches()
-        for batch, mask in batches:
+        for batch, mask, weight in batches:
             batch = batch.to(self.device)
             mask = None if mask is None else mask.to(self.device)
-            task_f, objective_f, out = self.train_step(batch, mask)
+            task_f, objective_f, out = self.train_step(batch, mask, weight)
             losses.append(task_f)
             objectives.append(objective_f)
             y = batch.y
@@ -349,11 +474,13 @@ class Trainer:
             ys.append((y if mask is None else y[mask]).cpu())
             if on_step is not None:
                 on_step(task_f)
-            if deadline is not None and time.perf_counter() > deadline:
+            if deadline is not None and D.any_rank(time.perf_counter() > deadline, self.world,
+                                                   self.device):
                 self.budget_hit = True
                 break
         self.scheduler.step()
         self.last_objective = float(np.mean(objectives)) if objectives else float("nan")
+        outs, ys = _gathered(outs, self.world), _gathered(ys, self.world)
         self.last_train_metric = (_metric(self.task, torch.cat(outs), torch.cat(ys)) if outs
                                   else float("nan"))
         return float(np.mean(losses)) if losses else float("nan")
@@ -369,11 +496,15 @@ class Trainer:
             return {s: _metric(task, out[g[f"{s}_mask"]], g.y[g[f"{s}_mask"]]) for s in splits}
         res = {}
         for split in splits:
+            ds = task.splits[split]
+            if self.world is not None:  # each rank its contiguous share, gathered in order
+                ds = torch.utils.data.Subset(ds, D.shard(list(range(len(ds))), len(ds), self.world))
             outs, ys = [], []
-            for batch in DataLoader(task.splits[split], batch_size=max(self.cfg["batch_size"], 64)):
+            for batch in DataLoader(ds, batch_size=max(self.cfg["batch_size"], 64)):
                 batch = batch.to(self.device)
                 outs.append(self.model(batch).float().cpu())
                 ys.append(batch.y.cpu())
+            outs, ys = _gathered(outs, self.world), _gathered(ys, self.world)
             res[split] = _metric(task, torch.cat(outs), torch.cat(ys))
         return res
 
@@ -391,7 +522,9 @@ class Trainer:
         budget = cfg["time_budget"] * 60 if cfg["time_budget"] else None
         stopped = None
         steps = self.steps_per_epoch()
-        bar = tqdm(total=cfg["epochs"] * steps, initial=self.epoch * steps, disable=not cfg["progress"],
+        announce = announce and self.is_main
+        bar = tqdm(total=cfg["epochs"] * steps, initial=self.epoch * steps,
+                   disable=not (cfg["progress"] and self.is_main),
                    desc=f"{self.task.name} seed {self.seed}", unit="step", leave=False,
                    dynamic_ncols=True,
                    # a log file (not a terminal) gets a line every half minute, not every step
@@ -445,7 +578,9 @@ class Trainer:
                     row["test"] = res["test"] if "test" in res else self.evaluate(("test",))["test"]
                     self.best = {"epoch": self.epoch, "val": row["val"], "test": row["test"]}
                     self.save("best.pt")
-            self.elapsed += time.perf_counter() - t0
+            # the slowest rank's clock, so that every rank takes the same time-budget decision
+            self.elapsed = D.max_over_ranks(self.elapsed + time.perf_counter() - t0, self.world,
+                                            self.device)
             row["time_s"] = self.elapsed
             self.history.append(row)
             self.save("last.pt")
@@ -469,6 +604,7 @@ class Trainer:
             "epochs_run": self.epoch, "train_time_s": round(self.elapsed, 2),
             "params": self.n_params, "stopped": stopped,
             "edge_stats": _density(self.model),
+            "processes": self.world.size if self.world is not None else 1,
         }
 
     def _announce(self, epoch_s: float, budget: float | None) -> None:
@@ -496,6 +632,19 @@ class Trainer:
 ESTIMATE_STEPS = 10
 #: a run estimated to train longer than this (seconds) without a time budget says so
 LONG_RUN_S = 30 * 60
+
+
+def _seed_mask(batch: Any) -> Tensor:
+    """The seed nodes of a :class:`~torch_geometric.loader.NeighborLoader` batch (its first
+    ``batch_size`` nodes): the nodes the loss is taken on."""
+    return torch.arange(batch.num_nodes, device=batch.y.device) < batch.batch_size
+
+
+def _gathered(tensors: list[Tensor], world: D.World | None) -> list[Tensor]:
+    """Every rank's list of CPU tensors, concatenated in rank order (a single process: as is)."""
+    if world is None:
+        return tensors
+    return [t for part in D.gather_objects(tensors, world) for t in part]
 
 
 def _duration(seconds: float) -> str:
@@ -594,27 +743,53 @@ def run_experiment(config: dict[str, Any]) -> dict[str, Any]:
     """Trains and evaluates ``config`` (keys of :data:`~graphattn.runner.config.DEFAULTS`) for
     every seed; returns ``{"config", "results" (one per seed), "summary"}`` and, with ``out``,
     writes ``config.json``, ``results.jsonl``, ``summary.json``, ``summary.md`` and per-seed
-    ``best.pt`` / ``last.pt`` checkpoints there."""
+    ``best.pt`` / ``last.pt`` checkpoints there.
+
+    Started by ``torchrun`` (``WORLD_SIZE`` > 1), every process runs this: they join one process
+    group and train data-parallel (see :mod:`graphattn.runner.distributed`); rank 0 prepares the
+    data set and the run folder first and writes every file."""
     cfg = resolve_config(config)
     check_device(cfg["device"])
     if cfg["threads"]:
         torch.set_num_threads(int(cfg["threads"]))
+    world, device = D.setup(cfg["device"])
+    try:
+        return _run(cfg, world, device)
+    finally:
+        if world is not None:
+            torch.distributed.destroy_process_group()
+
+
+def _run(cfg: dict[str, Any], world: D.World | None, device: str) -> dict[str, Any]:
+    main = world is None or world.is_main
     out_dir = Path(cfg["out"]) if cfg["out"] else None
-    if out_dir is not None:
+    # each node's local rank 0 builds the data set's files first (the others then load them), and
+    # rank 0 claims the run folder, before any rank goes on
+    first = world is None or world.local_rank == 0
+    if not first:
+        D.barrier(world)
+    if out_dir is not None and main:
         _claim_run_folder(out_dir, overwrite=bool(cfg["overwrite"]), resume=bool(cfg["resume"]))
         (out_dir / "config.json").write_text(json.dumps(cfg, indent=2, default=str))
     task = _prepare_task(_build_configured_task(cfg), cfg)
+    if first:
+        D.barrier(world)
     results = []
     for i, seed in enumerate(cfg["seeds"]):
-        trainer = Trainer(cfg, task, seed, out_dir)
+        trainer = Trainer(cfg, task, seed, out_dir, world=world, device=device)
         if cfg["resume"]:
             trainer.resume()
+        if i == 0 and main and trainer.dropped_per_epoch():
+            tqdm.write(f"graphattn run: note: {trainer.dropped_per_epoch()} training "
+                       f"graph(s) per epoch are left out: the last global batch is smaller than "
+                       f"the {world.size if world else 1} processes", file=sys.stderr)
         results.append(trainer.fit(announce=i == 0))
     summary = summarise(results, cfg)
-    if out_dir is not None:
+    if out_dir is not None and main:
         with open(out_dir / "results.jsonl", "w") as f:
             for r in results:
                 f.write(json.dumps(r) + "\n")
         (out_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
         (out_dir / "summary.md").write_text(markdown_table(results, summary))
-    return {"config": cfg, "results": results, "summary": summary, "task_notes": task.notes}
+    return {"config": cfg, "results": results, "summary": summary, "task_notes": task.notes,
+            "is_main": main}

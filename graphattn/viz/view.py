@@ -236,6 +236,31 @@ class AttentionView:
             el = el.select(np.array([origin_name(int(c)) in wanted for c in el.origin], dtype=bool))
         return prune(el, top_k, threshold)
 
+    def to_networkx(self, layer: int | str = -1, head: int | None = None, *,
+                    top_k: int | str | None = None, threshold: float = 0.0,
+                    origins: Sequence[str] | None = None) -> Any:
+        """The edges :meth:`edges` gives (the viewer's rules: ``head=None`` is one edge per pair
+        with the head-mean weight; one head keeps duplicates) as a :class:`networkx.DiGraph`, or a
+        :class:`networkx.MultiDiGraph` when a pair occurs twice. Nodes are the view ids
+        ``0 .. n+V-1`` with ``label``, ``virtual`` and, for real nodes, ``index`` (the id in the
+        traced data); edges carry ``weight`` (magnitudes for complex layers) and ``origin``
+        (name). :meth:`graphattn.tracing.TraceRecord.to_networkx` gives the unpruned trace."""
+        import networkx as nx
+
+        el = self.edges(layer, head, top_k=top_k, threshold=threshold, origins=origins)
+        pairs = set(zip(el.src.tolist(), el.dst.tolist(), strict=True))
+        G = nx.MultiDiGraph() if len(pairs) < len(el) else nx.DiGraph()
+        G.graph.update(layer=self.layer(layer).name, head=head)
+        for i, label in enumerate(self.labels):
+            attrs: dict[str, Any] = {"label": label, "virtual": i >= self.num_nodes}
+            if i < self.num_nodes:
+                attrs["index"] = int(self.node_index[i])
+            G.add_node(i, **attrs)
+        for u, v, w, o in zip(el.src.tolist(), el.dst.tolist(), el.weight.tolist(),
+                              el.origin.tolist(), strict=True):
+            G.add_edge(u, v, weight=w, origin=origin_name(o))
+        return G
+
     def origin_names(self) -> list[str]:
         """Names of the origins present in any layer, in code order."""
         codes = sorted({int(c) for layer in self.layers for c in np.unique(layer.origin)})

@@ -112,3 +112,97 @@ def test_loader_errors_name_the_argument():
         SequenceToGraph()(Data(tokens=torch.tensor([1, -2, 3])))
     with pytest.raises(ValueError, match="'connectivity'"):
         ImageToGraph(connectivity=6)
+
+
+# ------------------------------------------------------------------ real-valued series (time series)
+@settings(max_examples=40, deadline=None)
+@given(L=st.integers(0, 23), C=st.integers(1, 3), p=st.integers(1, 5), window=st.integers(0, 2),
+       cls=st.booleans(), flat=st.booleans())
+def test_series_to_graph(L, C, p, window, cls, flat):
+    series = torch.randn(L, C, generator=torch.Generator().manual_seed(L * 7 + C))
+    if flat:
+        series, C = series[:, 0], 1
+    g = SequenceToGraph(window=window, patch_size=p, cls=cls)(Data(x=series, y=torch.tensor([2])))
+    n = -(-L // p)
+    F = p * C + cls + (p > 1)
+    assert g.num_nodes == n + cls and tuple(g.x.shape) == (n + cls, F)
+    assert g.x.dtype == torch.float32 and g.y.tolist() == [2]
+    assert torch.equal(g.pos[cls:, 0], torch.arange(n).float())
+    body = g.x[cls:, cls:cls + p * C]
+    flat_values = body.reshape(-1, C)
+    assert torch.equal(flat_values[:L], series.view(L, C))  # every value kept, in time order
+    assert not flat_values[L:].any()  # the ragged tail is zero padding
+    if p > 1 and n:
+        valid = g.x[cls:, -1]
+        assert torch.allclose(valid * p, torch.tensor([min(p, L - k * p) for k in range(n)]).float())
+    if cls:
+        assert g.x[0, 0] == 1 and not g.x[0, 1:].any() and not g.x[1:, 0].any()
+        assert float(g.pos[0]) == -1
+    deg = torch.bincount(g.edge_index[1], minlength=n + cls)
+    i = torch.arange(n)
+    band = torch.minimum(i, torch.tensor(window)) + torch.minimum(n - 1 - i, torch.tensor(window))
+    assert torch.equal(deg[cls:], band + (1 if cls and n else 0))
+    no_cross_graph(Batch.from_data_list([g, g]))
+
+
+def test_series_feature_layout_by_hand():
+    x = torch.arange(10.0).view(5, 2)  # L = 5, C = 2
+    g = SequenceToGraph(patch_size=2, cls=True)(Data(x=x))
+    assert g.x.tolist() == [[1, 0, 0, 0, 0, 0],
+                            [0, 0, 1, 2, 3, 1],
+                            [0, 4, 5, 6, 7, 1],
+                            [0, 8, 9, 0, 0, 0.5]]
+    # a 1-D float series is one channel: the same graph as [L, 1]
+    s = torch.tensor([0.5, -1.0, 2.0])
+    a, b = SequenceToGraph()(Data(x=s)), SequenceToGraph()(Data(x=s[:, None]))
+    assert torch.equal(a.x, b.x) and a.x.shape == (3, 1)
+    assert SequenceToGraph()(Data(x=s.double())).x.dtype == torch.float32
+
+
+def test_series_lengths_batch_together():
+    t = SequenceToGraph(patch_size=4, cls=True)
+    graphs = [t(Data(x=torch.randn(L, 3))) for L in (0, 5, 8, 13)]
+    assert len({g.x.size(1) for g in graphs}) == 1  # F does not depend on L
+    no_cross_graph(Batch.from_data_list(graphs))
+
+
+def test_series_normalize_is_a_per_channel_zscore():
+    x = torch.stack([torch.tensor([1.0, 2.0, 3.0, 6.0]), torch.full((4,), 5.0)], 1)
+    g = SequenceToGraph(normalize=True)(Data(x=x))
+    assert torch.allclose(g.x[:, 0].mean(), torch.tensor(0.0), atol=1e-6)
+    assert torch.allclose(g.x[:, 0].pow(2).mean(), torch.tensor(1.0), atol=1e-6)  # population std
+    assert not g.x[:, 1].any()  # a constant channel becomes zeros
+    assert SequenceToGraph(normalize=True)(Data(x=torch.zeros(0, 2))).num_nodes == 0
+
+
+def test_integer_x_is_still_tokens():
+    g = SequenceToGraph(cls_token=1)(Data(x=torch.tensor([4, 5])))
+    assert g.x.tolist() == [1, 4, 5] and g.x.dtype == torch.long
+
+
+@pytest.mark.parametrize("make,data,name", [
+    (lambda: SequenceToGraph(), Data(x=torch.tensor([1.0, float("nan")])), "'x'"),
+    (lambda: SequenceToGraph(), Data(x=torch.tensor([[1.0], [float("inf")]])), "'x'"),
+    (lambda: SequenceToGraph(), Data(x=torch.zeros(3, 0)), "'x'"),
+    (lambda: SequenceToGraph(), Data(x=torch.zeros(2, 3, 4)), "'x'"),
+    (lambda: SequenceToGraph(), Data(x=torch.zeros(2, 3, dtype=torch.long)), "'x'"),
+    (lambda: SequenceToGraph(), Data(tokens=torch.tensor([0.5, 1.0])), "'tokens'"),
+    (lambda: SequenceToGraph(cls_token=0), Data(x=torch.rand(4)), "'cls_token'"),
+    (lambda: SequenceToGraph(pad_to=8), Data(x=torch.rand(4)), "'pad_to'"),
+    (lambda: SequenceToGraph(cls=True), Data(tokens=torch.tensor([3, 4])), "'cls'"),
+    (lambda: SequenceToGraph(patch_size=2), Data(tokens=torch.tensor([3, 4])), "'patch_size'"),
+    (lambda: SequenceToGraph(normalize=True), Data(x=torch.tensor([3, 4])), "'normalize'"),
+])
+def test_series_errors_name_the_argument(make, data, name):
+    with pytest.raises(ValueError, match=name):
+        make()(data)
+
+
+@pytest.mark.parametrize("kwargs,name", [
+    ({"patch_size": 0}, "'patch_size'"), ({"patch_size": 1.5}, "'patch_size'"),
+    ({"patch_size": True}, "'patch_size'"), ({"cls": 1}, "'cls'"), ({"normalize": "yes"}, "'normalize'"),
+    ({"cls": True, "cls_token": 2}, "'cls_token'"),
+])
+def test_series_options_are_checked(kwargs, name):
+    with pytest.raises(ValueError, match=name):
+        SequenceToGraph(**kwargs)
