@@ -4,7 +4,8 @@ Sub-commands live in their own modules; only the chosen one is imported (``graph
 fast because it imports neither torch nor PyG):
 
 * ``run``  — train and evaluate (``graphattn.runner.cli``);
-* ``viz``  — draw the attention a trained model uses (``graphattn.viz.cli``).
+* ``viz``  — draw the attention a trained model uses (``graphattn.viz.cli``);
+* ``table`` — a results table from finished runs (``graphattn.runner.table``).
 
 Errors are printed as one line (``graphattn run: error: ...``) with exit status 2; ``--debug``
 (before or after the sub-command) shows the full traceback instead.
@@ -23,6 +24,8 @@ SUBCOMMANDS = {
                                     "(default: Cora with a GCN + attention hybrid)"),
     "viz": ("graphattn.viz.cli", "draw the attention a trained model uses on one sample "
                                  "(HTML viewer or PNG/PDF/SVG figures)"),
+    "table": ("graphattn.runner.table", "one results table (mean ± std over seeds, parameters, "
+                                        "epochs, time, command) from finished run folders"),
 }
 
 DESCRIPTION = ("graphattn: efficient attention on graphs, sequences, images and point clouds. "
@@ -63,6 +66,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     name = _subcommand(argv)
     parser = build_parser(only=name or "")
     args = parser.parse_args(argv)
+    args._argv = [a for a in argv if a != "--debug"]  # what the run records as its command
     if getattr(args, "_main", None) is None:
         parser.print_help()
         return 2

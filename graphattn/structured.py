@@ -99,6 +99,7 @@ class StructuredEdgeSet(EdgeSet):
     #: the members of :class:`~graphattn.EdgeSet` that need enumerated edges
     EXPLICIT_ONLY: ClassVar[tuple[str, ...]] = (
         "edge_index", "csr", "replace", "expand_heads", "coalesce", "select",
+        "to_sparse_tensor", "to_torch_sparse", "from_sparse_tensor", "from_torch_sparse",
     )
 
     def __init__(
@@ -181,6 +182,27 @@ class StructuredEdgeSet(EdgeSet):
 
     def select(self, index: Tensor) -> EdgeSet:
         self._explicit_only("select()", "select(index)")
+
+    def to_sparse_tensor(self, *args: Any, **kwargs: Any) -> Any:
+        self._explicit_only("to_sparse_tensor()", "to_sparse_tensor(...)")
+
+    def to_torch_sparse(self, *args: Any, **kwargs: Any) -> Tensor:
+        self._explicit_only("to_torch_sparse()", "to_torch_sparse(...)")
+
+    @classmethod
+    def _built_explicit(cls, member: str) -> NoReturn:
+        raise ExplicitOnlyError(
+            f"{cls.__name__}.{member}() builds enumerated edges, which a structured edge set does "
+            f"not hold: call EdgeSet.{member}(...) (a structured set's explicit form is "
+            f".to_explicit())")
+
+    @classmethod
+    def from_sparse_tensor(cls, *args: Any, **kwargs: Any) -> EdgeSet:
+        cls._built_explicit("from_sparse_tensor")
+
+    @classmethod
+    def from_torch_sparse(cls, *args: Any, **kwargs: Any) -> EdgeSet:
+        cls._built_explicit("from_torch_sparse")
 
 
 class SharedSourceEdgeSet(StructuredEdgeSet):

@@ -4,8 +4,8 @@ from graphattn.nn.hybrid import HybridLayer
 from graphattn.nn.model import GraphTransformer, positional_encoding
 from graphattn.nn.registry import MODELS, get_model, register_model
 
-# mechanism presets (they register themselves by name)
-from graphattn.nn import converter, samsa  # noqa: F401  isort: skip
+# mechanism presets and the citation anchors (they register themselves by name)
+from graphattn.nn import baselines, converter, samsa  # noqa: F401  isort: skip
 
 __all__ = ["MODELS", "GraphTransformer", "HybridLayer", "get_model", "positional_encoding",
            "register_model"]

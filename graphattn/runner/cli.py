@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
+from pathlib import Path
 from typing import Any
 
 from graphattn.runner.choices import CONV_NAMES, MODEL_NAMES, PRODUCER_NAMES, TASK_NAMES
@@ -210,6 +212,12 @@ def main(args: argparse.Namespace) -> int:
         return 0
     s = res["summary"]
     out = res["config"]["out"]
+    argv = getattr(args, "_argv", None)
+    if out and argv:  # the command, for 'graphattn table'
+        path = Path(out) / "summary.json"
+        summary = json.loads(path.read_text())
+        summary["command"] = "graphattn " + shlex.join(argv)
+        path.write_text(json.dumps(summary, indent=2, default=str))
     print(f"\n{s['task']} ({res['task_notes']})")
     if out:
         with open(f"{out}/summary.md", encoding="utf-8") as f:

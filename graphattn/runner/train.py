@@ -683,8 +683,11 @@ def _fmt(values: list[float]) -> str:
 def summarise(results: list[dict[str, Any]], cfg: dict[str, Any]) -> dict[str, Any]:
     vals = [r["val"] for r in results]
     tests = [r["test"] for r in results]
+    # a model without an attention branch (the GCN / GAT anchors) has no producer to name
+    uses_producer = "producer" not in getattr(get_model(cfg["model"]), "UNUSED_ARGS", {})
     summary = {
-        "task": cfg["task"], "model": cfg["model"], "producer": producer_spec(cfg),
+        "task": cfg["task"], "model": cfg["model"],
+        "producer": producer_spec(cfg) if uses_producer else None,
         "metric": results[0]["metric"],
         "seeds": [r["seed"] for r in results],
         "val_mean": statistics.mean(vals), "val_std": statistics.stdev(vals) if len(vals) > 1 else 0.0,
@@ -701,7 +704,7 @@ def markdown_table(results: list[dict[str, Any]], summary: dict[str, Any]) -> st
     prod = summary["producer"]
     prod = prod if isinstance(prod, str) else json.dumps(prod)
     if summary.get("model", "hybrid") != "hybrid":
-        prod = f"{summary['model']}: {prod}"
+        prod = summary["model"] if summary["producer"] is None else f"{summary['model']}: {prod}"
     for r in results:
         lines.append(f"| {r['task']} | {prod} | {r['seed']} | {r['best_epoch']} | {r['val']:.4f} | "
                      f"{r['test']:.4f} | {r['epochs_run']} | {r['train_time_s']} | {r['params']} |")

@@ -1,0 +1,129 @@
+"""``graphattn table RUN_DIR ...``: one results table from finished runs.
+
+Each run folder (written by ``graphattn run``) gives one row, read from its ``summary.json``,
+``results.jsonl`` and ``config.json`` — nothing is typed by hand: the task, the model and its
+producer, the seeds, the test and validation metric as mean ± sample standard deviation over the
+seeds, the parameter count, the epochs each seed ran (and the epoch budget), the mean training
+time per seed, and the command that made the run (recorded by ``graphattn run`` in
+``summary.json``; for a run started from Python, ``graphattn run --config <run>/config.json``,
+which reruns its resolved configuration). Markdown by default (``--format csv`` for a
+spreadsheet); ``--out FILE`` writes it to a file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+COLUMNS = ("task", "model", "seeds", "test", "val", "params", "epochs", "time / seed (s)",
+           "command")
+
+
+def _mean_std(values: list[float], digits: int = 4) -> str:
+    if len(values) == 1:
+        return f"{values[0]:.{digits}f}"
+    return f"{statistics.mean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}"
+
+
+def _producer(spec: Any) -> str:
+    if spec is None:
+        return ""
+    if isinstance(spec, str):
+        return spec
+    if isinstance(spec, dict) and spec.get("name") == "union" and isinstance(spec.get("producers"),
+                                                                             list):
+        return "union(" + ", ".join(_producer(p) for p in spec["producers"]) + ")"
+    if isinstance(spec, dict):
+        args = ", ".join(f"{k}={json.dumps(v)}" for k, v in spec.items() if k != "name")
+        return f"{spec.get('name', 'custom')}({args})" if args else str(spec.get("name", "custom"))
+    return json.dumps(spec)
+
+
+def read_run(run_dir: str | Path) -> dict[str, Any]:
+    """One row of the table from a finished run folder; :class:`FileNotFoundError` names a file
+    that is missing (an unfinished or foreign folder)."""
+    run = Path(run_dir)
+    for name in ("summary.json", "results.jsonl", "config.json"):
+        if not (run / name).is_file():
+            raise FileNotFoundError(f"{run} has no {name}: not a finished 'graphattn run' folder")
+    summary = json.loads((run / "summary.json").read_text())
+    results = [json.loads(line) for line in (run / "results.jsonl").read_text().splitlines()
+               if line.strip()]
+    config = json.loads((run / "config.json").read_text())
+    if not results:
+        raise ValueError(f"{run}/results.jsonl holds no result")
+    model = summary.get("model", "hybrid")
+    producer = _producer(summary.get("producer"))
+    if model == "hybrid":
+        conv = config.get("conv")
+        model = (f"{conv} + {producer}" if conv not in (None, "none") and producer
+                 else producer or str(conv))
+    elif producer:
+        model = f"{model} ({producer})"
+    if config.get("loader") == "neighbor":
+        hops = config.get("num_neighbors") or [10] * int(config.get("layers", 1))
+        model += f", NeighborLoader {hops} × {config.get('batch_size')} seeds"
+    processes = max(int(r.get("processes", 1)) for r in results)
+    # the recorded command line, or one that reruns the resolved configuration exactly
+    command = summary.get("command") or f"graphattn run --config {run / 'config.json'}"
+    if processes > 1 and command:
+        command = f"{command} ({processes} processes)"
+    epochs_run = [int(r["epochs_run"]) for r in results]
+    budget = config.get("epochs")
+    epochs = (str(epochs_run[0]) if len(set(epochs_run)) == 1
+              else " / ".join(str(e) for e in epochs_run))
+    if budget is not None and any(e != budget for e in epochs_run):
+        epochs += f" (of {budget})"
+    metric = summary.get("metric", results[0].get("metric", ""))
+    return {
+        "task": f"{summary['task']} ({metric})" if metric else summary["task"],
+        "model": model,
+        "seeds": ", ".join(str(r["seed"]) for r in results),
+        "test": _mean_std([float(r["test"]) for r in results]),
+        "val": _mean_std([float(r["val"]) for r in results]),
+        "params": f"{int(results[0]['params']):,}",
+        "epochs": epochs,
+        "time / seed (s)": f"{statistics.mean(float(r['train_time_s']) for r in results):.0f}",
+        "command": command,
+    }
+
+
+def render(rows: list[dict[str, Any]], fmt: str = "markdown") -> str:
+    """``rows`` (from :func:`read_run`) as a Markdown or CSV table."""
+    if fmt == "csv":
+        buf = io.StringIO()
+        writer = csv.DictWriter(buf, fieldnames=COLUMNS, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+        return buf.getvalue()
+    if fmt != "markdown":
+        raise ValueError(f"'format' must be 'markdown' or 'csv', got {fmt!r}")
+
+    def cell(key: str, value: Any) -> str:
+        text = str(value).replace("|", "\\|")
+        return f"`{text}`" if key == "command" and text else text
+
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    lines += ["| " + " | ".join(cell(k, r[k]) for k in COLUMNS) + " |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="folders written by 'graphattn run'")
+    p.add_argument("--format", choices=["markdown", "csv"], default="markdown",
+                   help="table format (default: markdown)")
+    p.add_argument("--out", metavar="FILE", help="write the table to FILE (default: print it)")
+
+
+def main(args: argparse.Namespace) -> int:
+    table = render([read_run(r) for r in args.runs], args.format)
+    if args.out:
+        Path(args.out).write_text(table, encoding="utf-8")
+    else:
+        print(table, end="")
+    return 0
