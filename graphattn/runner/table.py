@@ -30,6 +30,13 @@ def _mean_std(values: list[float], digits: int = 4) -> str:
     return f"{statistics.mean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}"
 
 
+def _seeds(seeds: list[int]) -> str:
+    """``0–9 (10)`` for consecutive seeds, else the list."""
+    if len(seeds) > 2 and seeds == list(range(seeds[0], seeds[0] + len(seeds))):
+        return f"{seeds[0]}–{seeds[-1]} ({len(seeds)})"
+    return ", ".join(str(s) for s in seeds)
+
+
 def _producer(spec: Any) -> str:
     if spec is None:
         return ""
@@ -83,7 +90,7 @@ def read_run(run_dir: str | Path) -> dict[str, Any]:
     return {
         "task": f"{summary['task']} ({metric})" if metric else summary["task"],
         "model": model,
-        "seeds": ", ".join(str(r["seed"]) for r in results),
+        "seeds": _seeds([int(r["seed"]) for r in results]),
         "test": _mean_std([float(r["test"]) for r in results]),
         "val": _mean_std([float(r["val"]) for r in results]),
         "params": f"{int(results[0]['params']):,}",
