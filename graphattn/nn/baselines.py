@@ -71,8 +71,19 @@ class _Anchor(nn.Module):
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"'dropout' must be in [0, 1), got {dropout!r}")
 
+    dropout: float
+    input_dropout: float
+    act: nn.Module
+
     def convs_forward(self, x: Tensor, edge_index: Tensor) -> Tensor:
-        raise NotImplementedError
+        """``input_dropout`` on the input features, ``dropout`` before every later layer, the
+        activation between layers, none after the last (it gives the class logits)."""
+        for i, conv in enumerate(self.layers):
+            p = self.input_dropout if i == 0 else self.dropout
+            x = conv(F.dropout(x, p=p, training=self.training), edge_index)
+            if i < len(self.layers) - 1:
+                x = self.act(x)
+        return x
 
     def forward(self, data: Any, *, generator: torch.Generator | None = None,
                 return_signals: bool = False) -> Any:
@@ -110,14 +121,6 @@ class GCNAnchor(_Anchor):
         for conv in self.layers:
             conv.last_edges = None
 
-    def convs_forward(self, x: Tensor, edge_index: Tensor) -> Tensor:
-        for i, conv in enumerate(self.layers):
-            p = self.input_dropout if i == 0 else self.dropout
-            x = conv(F.dropout(x, p=p, training=self.training), edge_index)
-            if i < len(self.layers) - 1:
-                x = self.act(x)
-        return x
-
     def __repr__(self) -> str:
         return f"{type(self).__name__}(layers={len(self.layers)}, dropout={self.dropout})"
 
@@ -153,14 +156,6 @@ class GATAnchor(_Anchor):
         self.layers = nn.ModuleList(layers)
         for conv in self.layers:
             conv.last_edges = None
-
-    def convs_forward(self, x: Tensor, edge_index: Tensor) -> Tensor:
-        for i, conv in enumerate(self.layers):
-            p = self.input_dropout if i == 0 else self.dropout
-            x = conv(F.dropout(x, p=p, training=self.training), edge_index)
-            if i < len(self.layers) - 1:
-                x = self.act(x)
-        return x
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(layers={len(self.layers)}, heads={self.layers[0].heads}, "

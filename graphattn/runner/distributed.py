@@ -104,7 +104,7 @@ class RankShardSampler(Sampler[list[int]]):
         self.batches = BatchSampler(RandomSampler(data, generator=generator), batch_size,
                                     drop_last=False)
         self.batch_size, self.world, self.n = batch_size, world, len(data)
-        self.dropped = self.n % batch_size if 0 < self.n % batch_size < world.size else 0
+        self.dropped = dropped_per_epoch(self.n, batch_size, world)
 
     def __iter__(self) -> Iterator[list[int]]:
         for batch in self.batches:
@@ -113,7 +113,19 @@ class RankShardSampler(Sampler[list[int]]):
             yield shard(batch, len(batch), self.world)
 
     def __len__(self) -> int:
-        return self.n // self.batch_size + (1 if self.n % self.batch_size >= self.world.size else 0)
+        return steps_per_epoch(self.n, self.batch_size, self.world)
+
+
+def steps_per_epoch(n: int, batch_size: int, world: World) -> int:
+    """Global batches per epoch of ``n`` graphs: the full ones, and a last one if it has at least
+    one graph per process."""
+    return n // batch_size + (1 if n % batch_size >= world.size else 0)
+
+
+def dropped_per_epoch(n: int, batch_size: int, world: World) -> int:
+    """Graphs left out of each epoch: a last global batch with fewer graphs than processes."""
+    rest = n % batch_size
+    return rest if rest < world.size else 0
 
 
 def shard(items: list[int], n: int, world: World) -> list[int]:

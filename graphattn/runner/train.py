@@ -437,8 +437,7 @@ class Trainer:
         fewer graphs than processes); 0 for a single process."""
         if self.world is None or self.task.level == "node":
             return 0
-        rest = len(self.task.splits["train"]) % self.cfg["batch_size"]
-        return rest if rest < self.world.size else 0
+        return D.dropped_per_epoch(len(self.task.splits["train"]), self.cfg["batch_size"], self.world)
 
     def steps_per_epoch(self) -> int:
         if self.task.level == "node":
@@ -448,7 +447,7 @@ class Trainer:
             return 1
         n, size = len(self.task.splits["train"]), self.cfg["batch_size"]
         if self.world is not None:
-            return n // size + (1 if n % size >= self.world.size else 0)
+            return D.steps_per_epoch(n, size, self.world)
         return math.ceil(n / size)
 
     def train_epoch(self, deadline: float | None = None,
