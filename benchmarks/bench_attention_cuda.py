@@ -128,12 +128,11 @@ def main(argv: list[str] | None = None) -> None:
                 torch.cuda.empty_cache()
                 print(json.dumps(row), file=sys.stderr, flush=True)
                 rows.append(row)
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        with open(args.out, "a") as f:
-            for r in rows:
-                f.write(json.dumps({**r, "device": torch.cuda.get_device_name(dev),
-                                    "torch": torch.__version__}) + "\n")
+                if args.out:  # row by row: a run cut short keeps what it measured
+                    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+                    with open(args.out, "a") as f:
+                        f.write(json.dumps({**row, "device": torch.cuda.get_device_name(dev),
+                                            "torch": torch.__version__}) + "\n")
     print(table(rows))
 
 

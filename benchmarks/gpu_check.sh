@@ -30,6 +30,12 @@ step() {  # step NAME SECONDS COMMAND...: run with a time limit, log to $LOG/NAM
   echo "=== $name: exit $rc in $((SECONDS - t0)) s"
   [ "$rc" -eq 0 ] || status=1
 }
+# graphattn must be importable as installed (`kernels/` is installed as `graphattn.kernels`): on a
+# machine where it is not, install it in place, without touching the dependencies
+if ! "$PY" -c "import graphattn.kernels" 2>/dev/null; then
+  echo "graphattn is not installed in $PY's environment: pip install --no-deps -e ."
+  "$PY" -m pip install -q --no-deps --no-build-isolation -e . || exit 1
+fi
 "$PY" - <<'PY' 2>&1 | tee "$LOG/env.log"
 import platform, torch
 print("python", platform.python_version(), "| torch", torch.__version__, "| cuda", torch.version.cuda)
@@ -42,13 +48,20 @@ if torch.cuda.is_available():
     p = torch.cuda.get_device_properties(0)
     print("device", p.name, f"{p.total_memory / 2**30:.0f} GiB, {p.multi_processor_count} SMs, cc {p.major}.{p.minor}")
 PY
+# The fused CPU kernel is built once per environment (tens of seconds); build it here so that no
+# timed step pays for it.
+step cpu_extension 120 "$PY" -c "from kernels.cpu_extension import cpu_ops; assert cpu_ops() is not None"
 if "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then
-  step cuda_tests 130 "$PY" -m pytest -q -p no:cacheprovider -m cuda -o addopts="" --timeout 60 tests/
+  # pytest-xdist, where installed, spreads the tests (and Triton's compilations) over processes
+  XDIST=()
+  "$PY" -c "import xdist" 2>/dev/null && XDIST=(-n "${GPU_CHECK_WORKERS:-6}")
+  step cuda_tests 140 "$PY" -m pytest -q -p no:cacheprovider -m cuda -o addopts="" --timeout 60 \
+    "${XDIST[@]}" tests/
   step bench_attention_cuda 130 "$PY" benchmarks/bench_attention_cuda.py --suite roofline features shapes \
     --out "$LOG/bench_attention_cuda.jsonl"
   BATCHES=()
   [ -n "${PEPTIDES_BATCHES:-}" ] && BATCHES=(--load-batches "$PEPTIDES_BATCHES")
-  step bench_training_cuda 160 "$PY" benchmarks/bench_training.py --device cuda --suite peptides cora listops \
+  step bench_training_cuda 150 "$PY" benchmarks/bench_training.py --device cuda --suite peptides cora listops \
     --warmup 3 --steps 11 "${BATCHES[@]}" --out "$LOG/bench_training_cuda.jsonl"
 else
   echo "no CUDA device: the CUDA tests and benchmarks are skipped; running the CPU parts"

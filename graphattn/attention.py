@@ -33,6 +33,7 @@ from graphattn.kernels.fused import (
 )
 from graphattn.memory import EDGE_BYTES, check_edges
 from graphattn.signals import TrainingSignals
+from graphattn.syncs import cpu_only
 
 KERNELS = ("auto", "reference", "fused")
 
@@ -271,6 +272,22 @@ class EdgeAttention(MessagePassing):
         self.last_edges = es
         return es
 
+    def _project_edge_attr(self, es: EdgeSet) -> Tensor:
+        r""":math:`W_E e_{ji}` for every edge, ``[E, H·C]``. ``lin_edge`` has no bias, so the rows
+        that a union filled with zeros (parts without features, e.g. Exphormer's expander and
+        virtual edges) project to zeros: on the CPU only the other rows go through the matrix
+        product (on a GPU the product is cheap and finding the rows would cost a host sync)."""
+        assert self.lin_edge is not None and es.edge_attr is not None
+        attr = es.edge_attr
+        rows = None
+        if attr.device.type == "cpu":
+            with cpu_only():
+                rows = es.featured_rows()
+        if rows is None or rows.numel() > 0.75 * attr.size(0):
+            return self.lin_edge(attr)
+        part = self.lin_edge(attr.index_select(0, rows))
+        return part.new_zeros(attr.size(0), part.size(1)).index_copy_(0, rows, part)
+
     def _attend_explicit(self, call: AttentionCall, es: EdgeSet, need_alpha: bool) -> Attended:
         """The explicit path: the fused kernel where it applies (see ``kernel``), else the
         reference ``propagate``."""
@@ -280,8 +297,7 @@ class EdgeAttention(MessagePassing):
         if self._use_fused(es, v):
             ef = None
             if es.edge_attr is not None:  # W_E e_ji, added to keys and values inside the kernel
-                assert self.lin_edge is not None
-                ef = self.lin_edge(es.edge_attr).view(-1, self.heads, self.out_channels)
+                ef = self._project_edge_attr(es).view(-1, self.heads, self.out_channels)
             out, alpha = fused_explicit_attention(q, k, v, es, N, scale=self.scale,
                                                   dropout=call.dropout, need_alpha=need_alpha,
                                                   edge_features=ef)

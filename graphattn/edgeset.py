@@ -412,6 +412,10 @@ class EdgeSet(BaseEdgeSet):
         self.weight = weight
         self.origin = origin
         self.edge_attr = edge_attr
+        # bool [E] or None: the rows of ``edge_attr`` that may be non-zero; the others are the
+        # zeros :func:`union_edge_sets` filled in for parts without features (set there, carried by
+        # ``select`` / ``coalesce`` / ``expand_heads``). The layer projects the marked rows only.
+        self._featured: Tensor | None = None
         self._check_edge_fields()
         self._check_common_fields()
 
@@ -617,7 +621,7 @@ class EdgeSet(BaseEdgeSet):
                 return t.reshape(-1)
             return t[rep]
 
-        return es.replace(
+        out = es.replace(
             edge_index=es.edge_index[:, rep],
             head=head,
             bias=per_edge(es.bias),
@@ -625,6 +629,8 @@ class EdgeSet(BaseEdgeSet):
             origin=None if es.origin is None else es.origin[rep],
             edge_attr=None if es.edge_attr is None else es.edge_attr[rep],
         )
+        out._featured = None if es._featured is None else es._featured[rep]
+        return out
 
     @derived_edge_sets
     def coalesce(self) -> EdgeSet:
@@ -649,7 +655,7 @@ class EdgeSet(BaseEdgeSet):
         def take(t: Tensor | None) -> Tensor | None:
             return None if t is None else t[index]
 
-        return es.replace(
+        out = es.replace(
             edge_index=es.edge_index[:, index],
             head=take(es.head),
             bias=take(es.bias),
@@ -657,6 +663,16 @@ class EdgeSet(BaseEdgeSet):
             origin=take(es.origin),
             edge_attr=take(es.edge_attr),
         )
+        out._featured = take(es._featured)
+        return out
+
+    def featured_rows(self) -> Tensor | None:
+        """The rows of ``edge_attr`` that may be non-zero, as a long index, when the edge set knows
+        that the others are zeros filled in by :func:`union_edge_sets` (``None`` when it does not:
+        every row counts). Reads a count on the host."""
+        if self.edge_attr is None or self._featured is None:
+            return None
+        return self._featured.nonzero().view(-1)
 
     # --------------------------------------------------------- sparse matrices
     def to_sparse_tensor(self, value: str | Tensor | None = "weight", *,
@@ -878,6 +894,12 @@ def union_edge_sets(
         aux_loss=torch.stack([a.reshape(()) for a in aux]).sum() if aux else None,
         stats=stats,
     )
+    if ref_attr is not None and any(p.edge_attr is None or p._featured is not None for p in parts):
+        out._featured = torch.cat([
+            p._featured if p.edge_attr is not None and p._featured is not None
+            else torch.full((p.num_edges,), p.edge_attr is not None, dtype=torch.bool, device=dev)
+            for p in parts
+        ])
     return out.coalesce() if coalesce else out
 
 

@@ -422,3 +422,41 @@ def test_operator_edge_set_refuses_attention_dropout(batch):
         layer(batch.x, op, batch.batch)
     assert EdgeAttention(6, 3, heads=2, mode="weighted").double()(batch.x, op, batch.batch).shape == (
         batch.num_nodes, 6)
+
+
+def test_edge_features_of_a_union_project_only_the_featured_rows_with_the_same_result():
+    """Exphormer's union fills the features of expander / virtual edges with zeros; the layer
+    projects the other rows only, with the output and every gradient of the full projection."""
+    torch.manual_seed(0)
+    N, F_e = 12, 5
+    x = torch.randn(N, 8, dtype=torch.float64, requires_grad=True)
+    inp = torch.randint(0, N, (2, 15))
+    attr = torch.randn(15, F_e, dtype=torch.float64, requires_grad=True)
+    extra = torch.randint(0, N, (2, 40))
+    layer = EdgeAttention(8, 4, heads=2, edge_dim=F_e, kernel="fused").double()
+    if ga.kernels.cpu_extension.cpu_ops(warn=False) is None:
+        pytest.skip("the fused CPU kernel is unavailable")
+
+    def run(hint: bool):
+        es = ga.union_edge_sets([EdgeSet(inp, num_heads=2, edge_attr=attr),
+                                 EdgeSet(extra, num_heads=2)], N, coalesce=True)
+        assert es.featured_rows() is not None
+        if not hint:
+            es._featured = None
+        calls = []
+        handle = layer.lin_edge.register_forward_hook(lambda m, i, o: calls.append(i[0].size(0)))
+        try:
+            out = layer(x, es)
+        finally:
+            handle.remove()
+        assert layer.last_kernel == "fused"
+        # with the marks, only the featured rows go through the projection
+        assert calls == [int(es._featured.sum()) if hint else es.num_edges]
+        grads = torch.autograd.grad(out.square().sum(), [x, attr, *layer.parameters()])
+        return out, grads
+
+    out_hint, g_hint = run(True)
+    out_full, g_full = run(False)
+    torch.testing.assert_close(out_hint, out_full, rtol=1e-12, atol=1e-12)
+    for a, b in zip(g_hint, g_full, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)

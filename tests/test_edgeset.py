@@ -242,3 +242,25 @@ def test_assume_valid_records_a_check_for_one_batch_only():
     es.validate(3, batch)  # not walked again: recorded as valid
     with pytest.raises(ValueError, match="graph"):
         es.validate(3, batch.clone())  # another batch tensor: checked
+
+
+def test_union_marks_the_rows_it_fills_with_zero_features_and_selections_keep_the_marks():
+    n = 5
+    attr = torch.randn(3, 4)
+    a = EdgeSet(ei((0, 1), (1, 2), (3, 4)), num_heads=2, edge_attr=attr)
+    b = EdgeSet(ei((2, 0), (0, 1), (4, 4)), num_heads=2)  # no features: filled with zeros
+    assert a.featured_rows() is None  # a user's edge set: every row counts
+    u = union_edge_sets([a, b], n)
+    assert u.featured_rows().tolist() == [0, 1, 2]
+    assert torch.equal(u.edge_attr[3:], torch.zeros(3, 4))
+    c = union_edge_sets([a, b], n, coalesce=True)  # (0, 1) in both: a's copy, with features, wins
+    feat = {tuple(c.edge_index[:, i].tolist()) for i in c.featured_rows().tolist()}
+    assert feat == {(0, 1), (1, 2), (3, 4)}
+    assert torch.equal(c.edge_attr[c._featured.logical_not()], torch.zeros(2, 4))
+    h = c.expand_heads()
+    assert torch.equal(h.featured_rows(), (c._featured.repeat_interleave(2)).nonzero().view(-1))
+    # a union of a union keeps the first union's marks
+    v = EdgeSet(ei((5, 0),), num_heads=2, virtual_x=torch.zeros(1, 3))
+    assert union_edge_sets([u, v], n).featured_rows().tolist() == [0, 1, 2]
+    # replacing the features drops the marks
+    assert u.replace(edge_attr=torch.ones(6, 4)).featured_rows() is None

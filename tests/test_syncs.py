@@ -12,7 +12,7 @@ import torch
 from torch_geometric.data import Batch, Data
 
 from graphattn import GraphTransformer
-from graphattn.syncs import count_host_syncs
+from graphattn.syncs import count_host_syncs, cpu_only
 
 #: producer spec → the most host synchronisations one training step may make (measured)
 PINNED = {
@@ -46,6 +46,20 @@ def test_the_counter_sees_every_kind_of_sync():
         torch.where(x > 2, x, -x)
         x[torch.tensor([0, 2])]
     assert syncs.total == 0, syncs
+
+
+def test_cpu_only_branches_are_not_counted():
+    """A block that only CPU tensors take (e.g. the layer's projection of featured edge rows)
+    makes no sync on a GPU, so the count, which is the GPU's, leaves it out; nesting works."""
+    x = torch.arange(6.0)
+    with count_host_syncs() as syncs:
+        with cpu_only():
+            x.nonzero()
+            with cpu_only():
+                x[x > 2]
+            x.sum().item()
+        x.nonzero()
+    assert syncs.total == 1, syncs
 
 
 def test_optimizer_step_counters_are_not_device_syncs():

@@ -33,6 +33,7 @@ from torch_geometric.utils import to_dense_batch
 
 from graphattn.attention import EdgeAttention
 from graphattn.edgeset import EdgeSet
+from graphattn.kernels.dropout import dropout as fast_dropout
 from graphattn.nn.model import POOLS, GraphTransformer, check_model_args, check_unused_args
 from graphattn.nn.registry import register_model
 from graphattn.producers.base import check_positive_int, check_rate
@@ -83,8 +84,8 @@ class ComplexValueAttention(EdgeAttention):
         C = self.out_channels
 
         def value() -> Tensor:
-            re = F.dropout(self.lin_value(x), self.value_dropout, self.training)
-            im = F.dropout(self.lin_value_imag(x), self.value_dropout, self.training)
+            re = fast_dropout(self.lin_value(x), self.value_dropout, self.training)
+            im = fast_dropout(self.lin_value_imag(x), self.value_dropout, self.training)
             return torch.complex(re, im).view(-1, 1, C)
 
         return {"value": value}
@@ -133,7 +134,7 @@ class GatedFFN(nn.Module):
 
     def forward(self, z: Tensor) -> Tensor:
         gate = F.softplus(self.lin_re(z.real), beta=1.0, threshold=5.0) * torch.tanh(self.lin_im(z.imag))
-        return self.lin_out(F.dropout(gate, self.dropout, self.training))
+        return self.lin_out(fast_dropout(gate, self.dropout, self.training))
 
     def extra_repr(self) -> str:
         return (f"{self.lin_re.in_features}, hidden={self.lin_re.out_features}, "
@@ -175,7 +176,7 @@ class RecurrentPositionalEncoding(nn.Module):
             rec = out[mask]
         else:
             rec = torch.zeros_like(h)
-        return F.dropout(self.norm(h + rec), self.dropout, self.training)
+        return fast_dropout(self.norm(h + rec), self.dropout, self.training)
 
     def extra_repr(self) -> str:
         return f"{self.gru.input_size}, num_layers={self.gru.num_layers}, dropout={self.dropout}"

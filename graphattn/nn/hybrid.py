@@ -6,7 +6,6 @@ from collections.abc import Hashable, Mapping
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 from torch_geometric.nn import Linear, MessagePassing
 from torch_geometric.nn.resolver import activation_resolver
@@ -14,7 +13,9 @@ from torch_geometric.nn.resolver import activation_resolver
 from graphattn.attention import EdgeAttention
 from graphattn.checks import inputs_are_checked
 from graphattn.edgeset import EdgeSet, check_graph_inputs
+from graphattn.kernels.dropout import dropout as fast_dropout
 from graphattn.nn.blocks import apply_norm, conv_takes_edge_attr, make_conv, make_norm
+from graphattn.nn.dropout import Dropout
 from graphattn.producers.base import (
     EdgeProducer,
     check_channels,
@@ -157,9 +158,9 @@ class HybridLayer(nn.Module):
         self.mlp = nn.Sequential(
             Linear(channels, ffn_ratio * channels),
             activation_resolver(act),
-            nn.Dropout(dropout),
+            Dropout(dropout),
             Linear(ffn_ratio * channels, channels),
-            nn.Dropout(dropout),
+            Dropout(dropout),
         ) if use_ffn else None
         self.act = activation_resolver(act)
         norm = None if output_layer else norm
@@ -182,7 +183,7 @@ class HybridLayer(nn.Module):
                     batch: Tensor | None) -> Tensor:
         if self.output_layer:
             return h
-        h = F.dropout(h, p=self.dropout, training=self.training)
+        h = fast_dropout(h, p=self.dropout, training=self.training)
         h = x + h if self.residual else h
         if not self.norm_first:
             h = apply_norm(norm, nb, h, batch)

@@ -14,7 +14,9 @@ from torch_geometric.nn.resolver import activation_resolver
 
 from graphattn.checks import inputs_checked
 from graphattn.edgeset import BaseEdgeSet, check_graph_inputs
+from graphattn.kernels.dropout import dropout as fast_dropout
 from graphattn.nn.blocks import DataView, EdgeEncoder, NodeEncoder, random_sign_flip
+from graphattn.nn.dropout import Dropout
 from graphattn.nn.hybrid import HybridLayer, producer_defaults
 from graphattn.nn.registry import register_model
 from graphattn.producers.base import check_channels, check_dtype, check_positive_int, check_rate
@@ -250,7 +252,7 @@ class GraphTransformer(nn.Module):
         head: list[nn.Module] = []
         for _ in range(head_layers - 1):
             head += [Linear(hidden_channels, hidden_channels), activation_resolver(act),
-                     nn.Dropout(dropout)]
+                     Dropout(dropout)]
         if head_layers:
             head.append(Linear(hidden_channels, out_channels))
         self.head = nn.Sequential(*head)
@@ -265,14 +267,14 @@ class GraphTransformer(nn.Module):
         if x is None:
             raise ValueError("GraphTransformer needs node features 'data.x'")
         if x.is_floating_point():  # dropout on the raw input features (as in GCN / GAT)
-            x = nn.functional.dropout(x, self.input_dropout, self.training)
+            x = fast_dropout(x, self.input_dropout, self.training)
         if self.node_encoder is None:
             if not x.is_floating_point():
                 raise ValueError("node_encoder=None needs floating-point node features")
             return x, self._edge_attr(data)
         h = self.node_encoder(x)
         if not x.is_floating_point():
-            h = nn.functional.dropout(h, self.input_dropout, self.training)
+            h = fast_dropout(h, self.input_dropout, self.training)
         if self.pe_encoder is not None:
             pe = getattr(data, self.pe_attr, None)
             if pe is None:

@@ -18,6 +18,7 @@ from torch_geometric.utils import scatter, softmax
 
 from graphattn.attention import EdgeAttention
 from graphattn.edgeset import EdgeSet
+from graphattn.nn.dropout import Dropout
 from graphattn.nn.model import (
     POOLS,
     GraphTransformer,
@@ -99,8 +100,8 @@ class SAMSABlock(nn.Module):
                                   **(attn_kwargs or {}))
         self.attn_out = Linear(channels, channels)
         self.mlp = nn.Sequential(
-            Linear(channels, ffn_channels), activation_resolver(act), nn.Dropout(dropout),
-            Linear(ffn_channels, channels), nn.Dropout(dropout),
+            Linear(channels, ffn_channels), activation_resolver(act), Dropout(dropout),
+            Linear(ffn_channels, channels), Dropout(dropout),
         ) if ffn_channels else None
         self.reset_parameters()
 
