@@ -1,5 +1,6 @@
 """Models: the hybrid layer, the stacked graph transformer, mechanism presets, and the registry."""
 
+from graphattn.nn.dropout import Dropout
 from graphattn.nn.hybrid import HybridLayer
 from graphattn.nn.model import GraphTransformer, positional_encoding
 from graphattn.nn.registry import MODELS, get_model, register_model
@@ -7,5 +8,5 @@ from graphattn.nn.registry import MODELS, get_model, register_model
 # mechanism presets and the citation anchors (they register themselves by name)
 from graphattn.nn import baselines, converter, samsa  # noqa: F401  isort: skip
 
-__all__ = ["MODELS", "GraphTransformer", "HybridLayer", "get_model", "positional_encoding",
+__all__ = ["MODELS", "Dropout", "GraphTransformer", "HybridLayer", "get_model", "positional_encoding",
            "register_model"]

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Hashable
 
 import torch
-from torch_geometric.utils import to_dense_batch
 
 from graphattn.edgeset import EdgeSet
 from graphattn.memory import check_edges
@@ -58,8 +57,9 @@ class KNNEdges(EdgeProducer):
         N = ctx.num_nodes
         dev = ctx.device
         n_max = 0
-        if B and N:  # one host read: the largest graph, and positions free of NaN/inf
-            n_max, finite = torch.stack([counts.max(), torch.isfinite(pos).all().long()]).tolist()
+        if B and N:  # one host read: the graph sizes, and positions free of NaN/inf
+            *sizes, finite = torch.cat([counts, torch.isfinite(pos).all().long()[None]]).tolist()
+            n_max = max(sizes)
             if not finite:
                 raise ValueError(f"'{self.attr}' contains NaN or infinite values (a node without a "
                                  f"position has no nearest neighbours)")
@@ -70,31 +70,75 @@ class KNNEdges(EdgeProducer):
         k = min(self.k, n_max if self.loop else n_max - 1)
         check_edges(N * k, what=f"KNNEdges(k={self.k:,}) on {N:,} nodes (graphs of up to {n_max:,})",
                     how_to_lower="lower k", device=dev)
-        dense, mask = to_dense_batch(pos.detach(), ctx.batch, batch_size=B, max_num_nodes=n_max)
         srcs, dsts = [], []
-        if k > 0:
-            chunk = max(1, self.max_elements // max(B * n_max, 1))
-            cols = torch.arange(n_max, device=dev)
-            for s in range(0, n_max, chunk):
-                rows = torch.arange(s, min(s + chunk, n_max), device=dev)
-                d = torch.cdist(dense[:, rows], dense)  # [B, c, n_max]
-                invalid = ~mask[:, None, :].expand_as(d)
-                if not self.loop:
-                    invalid = invalid | (rows[None, :, None] == cols[None, None, :])
-                d = d.masked_fill(invalid, float("inf"))
-                dist, idx = torch.topk(d, k, dim=-1, largest=False)  # [B, c, k]
-                keep = torch.isfinite(dist) & mask[:, rows, None]
-                g = torch.arange(B, device=dev)[:, None, None].expand_as(idx)
-                dst = (ptr[:-1][:, None, None] + rows[None, :, None]).expand_as(idx)
-                srcs.append((ptr[:-1][g] + idx)[keep])
-                dsts.append(dst[keep])
+        pos = pos.detach()
+        for graphs, n_b in _size_buckets(sizes) if k > 0 else ():
+            # the graphs of one size class, padded to the class's largest (not the batch's)
+            g = torch.tensor(graphs, dtype=torch.long).to(dev)
+            start = ptr[:-1][g]
+            slot = torch.arange(n_b, device=dev)
+            mask = slot[None, :] < counts[g][:, None]  # [G, n_b]
+            node = torch.where(mask, start[:, None] + slot[None, :], 0)
+            dense = pos[node] * mask[..., None]
+            k_b = min(k, n_b if self.loop else n_b - 1)
+            if k_b > 0:
+                src, dst = self._nearest(dense, mask, start, k_b)
+                srcs.append(src)
+                dsts.append(dst)
         if srcs:
-            src, dst = torch.cat(srcs), torch.cat(dsts)
+            pairs = torch.stack([torch.cat(srcs), torch.cat(dsts)])
+            src, dst = pairs[:, pairs[0] >= 0]
             order = torch.argsort(dst, stable=True)  # target-major
             edge_index = torch.stack([src[order], dst[order]])
         else:
             edge_index = torch.empty(2, 0, dtype=torch.long, device=dev)
         return explicit_edge_set(edge_index, ctx, "knn")
 
+    def _nearest(self, dense: torch.Tensor, mask: torch.Tensor, start: torch.Tensor,
+                 k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The ``k`` nearest valid slots of every valid slot of ``dense`` ``[G, n, d]`` (padded
+        graphs, ``mask`` ``[G, n]``), as global ``(src, dst)`` (slot + the graph's ``start``);
+        chunked over query rows so at most ``max_elements`` distances exist at once."""
+        G, n = mask.shape
+        dev = dense.device
+        chunk = max(1, self.max_elements // max(G * n, 1))
+        cols = torch.arange(n, device=dev)
+        srcs, dsts = [], []
+        for s in range(0, n, chunk):
+            rows = torch.arange(s, min(s + chunk, n), device=dev)
+            d = torch.cdist(dense[:, rows], dense)  # [G, c, n]
+            invalid = ~mask[:, None, :].expand_as(d)
+            if not self.loop:
+                invalid = invalid | (rows[None, :, None] == cols[None, None, :])
+            d = d.masked_fill(invalid, float("inf"))
+            dist, idx = torch.topk(d, k, dim=-1, largest=False)  # [G, c, k]
+            keep = torch.isfinite(dist) & mask[:, rows, None]
+            base = start[:, None, None]
+            # the padded pairs are marked -1 and dropped once at the end (one host sync per pass)
+            srcs.append(torch.where(keep, base + idx, -1).view(-1))
+            dsts.append(torch.where(keep, base + rows[None, :, None], -1).view(-1))
+        return torch.cat(srcs), torch.cat(dsts)
+
     def extra_repr(self) -> str:
         return f"k={self.k}, loop={self.loop}, attr={self.attr!r}"
+
+
+#: graphs whose sizes differ by less than this factor share one padded distance block
+_BUCKET_RATIO = 1.25
+
+
+def _size_buckets(sizes: list[int]) -> list[tuple[list[int], int]]:
+    r"""Graphs grouped by size class (sizes within a factor :data:`_BUCKET_RATIO` of the class's
+    smallest), as ``(graph ids, largest size)``, empty graphs left out: padding each class to its own
+    largest graph instead of the batch's keeps the distance work near :math:`\sum_g n_g^2` rather
+    than :math:`B\, n_{max}^2`."""
+    order = sorted((n, g) for g, n in enumerate(sizes) if n > 0)
+    buckets: list[tuple[list[int], int]] = []
+    lo = 0
+    for n, g in order:
+        if not buckets or n > _BUCKET_RATIO * lo:
+            buckets.append(([], n))
+            lo = n
+        buckets[-1][0].append(g)
+        buckets[-1] = (buckets[-1][0], n)
+    return buckets

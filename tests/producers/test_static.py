@@ -322,3 +322,30 @@ def test_union_of_batch_only_parts_and_virtual_nodes_in_a_model_pass():
     x = data.x.double()
     torch.testing.assert_close(layer(x, fast.to(torch.float64), data.batch),
                                layer(x, plain.to(torch.float64), data.batch), rtol=0, atol=1e-12)
+
+
+def test_knn_pads_each_size_class_to_its_own_largest_graph():
+    """Graphs are grouped by size (within a factor 1.25) so that the padded distance blocks stay
+    near sum n_g^2; every non-empty graph is in exactly one class; the edges are those of the
+    per-graph definition (checked on a batch mixing sizes 1 to 60)."""
+    from graphattn.producers.knn import _BUCKET_RATIO, _size_buckets
+
+    sizes = [5, 0, 60, 1, 7, 59, 6, 2, 30, 33, 1]
+    buckets = _size_buckets(sizes)
+    seen = sorted(g for graphs, _ in buckets for g in graphs)
+    assert seen == [g for g, n in enumerate(sizes) if n > 0]
+    for graphs, largest in buckets:
+        ns = [sizes[g] for g in graphs]
+        assert largest == max(ns) and max(ns) <= _BUCKET_RATIO * min(ns)
+    padded = sum(len(graphs) * largest**2 for graphs, largest in buckets)
+    assert padded <= _BUCKET_RATIO**2 * sum(n * n for n in sizes)
+    batch = make_batch([n for n in sizes if n > 0])
+    es = produce(KNNEdges(4), batch)
+    d = torch.cdist(batch.pos, batch.pos)
+    d[batch.batch[:, None] != batch.batch[None, :]] = float("inf")
+    d.fill_diagonal_(float("inf"))
+    src, dst = es.edge_index
+    for i in range(batch.num_nodes):
+        k_i = int(torch.isfinite(d[i]).sum().clamp(max=4))
+        expected = set(torch.topk(d[i], k_i, largest=False).indices.tolist())
+        assert set(src[dst == i].tolist()) == expected
