@@ -22,7 +22,7 @@ from graphattn.checks import (
 )
 from graphattn.contract import EdgeProducer, ProducerContext
 from graphattn.dispatch import Attended, AttentionCall
-from graphattn.edgeset import MODES, BaseEdgeSet, EdgeSet, as_edge_set
+from graphattn.edgeset import MODES, BaseEdgeSet, EdgeSet, as_edge_set, featured_rows
 from graphattn.kernels import sddmm, segment_softmax
 from graphattn.kernels.fused import (
     backend_ops,
@@ -282,7 +282,7 @@ class EdgeAttention(MessagePassing):
         rows = None
         if attr.device.type == "cpu":
             with cpu_only():
-                rows = es.featured_rows()
+                rows = featured_rows(es)
         if rows is None or rows.numel() > 0.75 * attr.size(0):
             return self.lin_edge(attr)
         part = self.lin_edge(attr.index_select(0, rows))

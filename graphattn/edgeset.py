@@ -666,14 +666,6 @@ class EdgeSet(BaseEdgeSet):
         out._featured = take(es._featured)
         return out
 
-    def featured_rows(self) -> Tensor | None:
-        """The rows of ``edge_attr`` that may be non-zero, as a long index, when the edge set knows
-        that the others are zeros filled in by :func:`union_edge_sets` (``None`` when it does not:
-        every row counts). Reads a count on the host."""
-        if self.edge_attr is None or self._featured is None:
-            return None
-        return self._featured.nonzero().view(-1)
-
     # --------------------------------------------------------- sparse matrices
     def to_sparse_tensor(self, value: str | Tensor | None = "weight", *,
                          num_nodes: int | None = None, duplicates: str = "error") -> Any:
@@ -780,6 +772,16 @@ def _device_of(args: tuple, kwargs: dict) -> torch.device | None:
 
 
 # -------------------------------------------------------------------------------------- union
+def featured_rows(es: EdgeSet) -> Tensor | None:
+    """The rows of ``es.edge_attr`` that may be non-zero, as a long index, when the edge set knows
+    that the others are zeros filled in by :func:`union_edge_sets` (``None`` when it does not:
+    every row counts). Reads a count on the host."""
+    marks = getattr(es, "_featured", None)
+    if es.edge_attr is None or marks is None:
+        return None
+    return marks.nonzero().view(-1)
+
+
 @derived_edge_sets
 def union_edge_sets(
     edge_sets: Sequence[EdgeSet], num_nodes: int, *, coalesce: bool = False

@@ -13,6 +13,7 @@ from graphattn import (
     origin_code,
     union_edge_sets,
 )
+from graphattn.edgeset import featured_rows
 
 
 def ei(*pairs):
@@ -249,18 +250,18 @@ def test_union_marks_the_rows_it_fills_with_zero_features_and_selections_keep_th
     attr = torch.randn(3, 4)
     a = EdgeSet(ei((0, 1), (1, 2), (3, 4)), num_heads=2, edge_attr=attr)
     b = EdgeSet(ei((2, 0), (0, 1), (4, 4)), num_heads=2)  # no features: filled with zeros
-    assert a.featured_rows() is None  # a user's edge set: every row counts
+    assert featured_rows(a) is None  # a user's edge set: every row counts
     u = union_edge_sets([a, b], n)
-    assert u.featured_rows().tolist() == [0, 1, 2]
+    assert featured_rows(u).tolist() == [0, 1, 2]
     assert torch.equal(u.edge_attr[3:], torch.zeros(3, 4))
     c = union_edge_sets([a, b], n, coalesce=True)  # (0, 1) in both: a's copy, with features, wins
-    feat = {tuple(c.edge_index[:, i].tolist()) for i in c.featured_rows().tolist()}
+    feat = {tuple(c.edge_index[:, i].tolist()) for i in featured_rows(c).tolist()}
     assert feat == {(0, 1), (1, 2), (3, 4)}
     assert torch.equal(c.edge_attr[c._featured.logical_not()], torch.zeros(2, 4))
     h = c.expand_heads()
-    assert torch.equal(h.featured_rows(), (c._featured.repeat_interleave(2)).nonzero().view(-1))
+    assert torch.equal(featured_rows(h), (c._featured.repeat_interleave(2)).nonzero().view(-1))
     # a union of a union keeps the first union's marks
     v = EdgeSet(ei((5, 0),), num_heads=2, virtual_x=torch.zeros(1, 3))
-    assert union_edge_sets([u, v], n).featured_rows().tolist() == [0, 1, 2]
+    assert featured_rows(union_edge_sets([u, v], n)).tolist() == [0, 1, 2]
     # replacing the features drops the marks
-    assert u.replace(edge_attr=torch.ones(6, 4)).featured_rows() is None
+    assert featured_rows(u.replace(edge_attr=torch.ones(6, 4))) is None

@@ -64,7 +64,8 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         rms = x.norm(dim=-1, keepdim=True) / math.sqrt(x.size(-1))
-        return self.weight * (x / (rms + self.eps))
+        # one reciprocal per row, then a product: cheaper than an [N, d] division and its backward
+        return self.weight * (x * (rms + self.eps).reciprocal())
 
     def extra_repr(self) -> str:
         return f"{self.channels}, eps={self.eps}"
