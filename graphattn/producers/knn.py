@@ -7,6 +7,7 @@ from collections.abc import Hashable
 import torch
 
 from graphattn.edgeset import EdgeSet
+from graphattn.kernels.dense import size_classes
 from graphattn.memory import check_edges
 from graphattn.producers._util import explicit_edge_set
 from graphattn.producers.base import EdgeProducer, ProducerContext, check_positive_int
@@ -72,7 +73,7 @@ class KNNEdges(EdgeProducer):
                     how_to_lower="lower k", device=dev)
         srcs, dsts = [], []
         pos = pos.detach()
-        for graphs, n_b in _size_buckets(sizes) if k > 0 else ():
+        for graphs, n_b in size_classes(sizes) if k > 0 else ():
             # the graphs of one size class, padded to the class's largest (not the batch's)
             g = torch.tensor(graphs, dtype=torch.long).to(dev)
             start = ptr[:-1][g]
@@ -122,23 +123,3 @@ class KNNEdges(EdgeProducer):
     def extra_repr(self) -> str:
         return f"k={self.k}, loop={self.loop}, attr={self.attr!r}"
 
-
-#: graphs whose sizes differ by less than this factor share one padded distance block
-_BUCKET_RATIO = 1.25
-
-
-def _size_buckets(sizes: list[int]) -> list[tuple[list[int], int]]:
-    r"""Graphs grouped by size class (sizes within a factor :data:`_BUCKET_RATIO` of the class's
-    smallest), as ``(graph ids, largest size)``, empty graphs left out: padding each class to its own
-    largest graph instead of the batch's keeps the distance work near :math:`\sum_g n_g^2` rather
-    than :math:`B\, n_{max}^2`."""
-    order = sorted((n, g) for g, n in enumerate(sizes) if n > 0)
-    buckets: list[tuple[list[int], int]] = []
-    lo = 0
-    for n, g in order:
-        if not buckets or n > _BUCKET_RATIO * lo:
-            buckets.append(([], n))
-            lo = n
-        buckets[-1][0].append(g)
-        buckets[-1] = (buckets[-1][0], n)
-    return buckets

@@ -328,17 +328,17 @@ def test_knn_pads_each_size_class_to_its_own_largest_graph():
     """Graphs are grouped by size (within a factor 1.25) so that the padded distance blocks stay
     near sum n_g^2; every non-empty graph is in exactly one class; the edges are those of the
     per-graph definition (checked on a batch mixing sizes 1 to 60)."""
-    from graphattn.producers.knn import _BUCKET_RATIO, _size_buckets
+    from graphattn.kernels.dense import SIZE_CLASS_RATIO, size_classes
 
     sizes = [5, 0, 60, 1, 7, 59, 6, 2, 30, 33, 1]
-    buckets = _size_buckets(sizes)
+    buckets = size_classes(sizes)
     seen = sorted(g for graphs, _ in buckets for g in graphs)
     assert seen == [g for g, n in enumerate(sizes) if n > 0]
     for graphs, largest in buckets:
         ns = [sizes[g] for g in graphs]
-        assert largest == max(ns) and max(ns) <= _BUCKET_RATIO * min(ns)
+        assert largest == max(ns) and max(ns) <= SIZE_CLASS_RATIO * min(ns)
     padded = sum(len(graphs) * largest**2 for graphs, largest in buckets)
-    assert padded <= _BUCKET_RATIO**2 * sum(n * n for n in sizes)
+    assert padded <= SIZE_CLASS_RATIO**2 * sum(n * n for n in sizes)
     batch = make_batch([n for n in sizes if n > 0])
     es = produce(KNNEdges(4), batch)
     d = torch.cdist(batch.pos, batch.pos)

@@ -1,0 +1,60 @@
+"""Shared-source attention (``kernels/dense.py``): padding per size class against padding to the
+batch's largest graph, on the same inputs, in float64."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from graphattn.kernels import dense
+from graphattn.kernels.dense import shared_source_attention
+
+
+@pytest.mark.parametrize("per_head", [False, True])
+@pytest.mark.parametrize("fields", ["none", "mask", "mask_bias"])
+def test_padding_per_size_class_matches_padding_to_the_largest_graph(per_head, fields, monkeypatch):
+    g = torch.Generator().manual_seed(0)
+    sizes = [1, 60, 3, 0, 17, 58, 2, 31, 5, 40]
+    B, H, C, kk = len(sizes), 4, 6, 5
+    N = sum(sizes)
+    ptr = torch.tensor([0, *torch.tensor(sizes).cumsum(0).tolist()])
+    batch = torch.repeat_interleave(torch.arange(B), torch.tensor(sizes))
+    q = torch.randn(N, H, C, dtype=torch.float64, generator=g).requires_grad_()
+    k = torch.randn(N, H, C, dtype=torch.float64, generator=g).requires_grad_()
+    v = torch.randn(N, H, C, dtype=torch.float64, generator=g).requires_grad_()
+    Hs = H if per_head else 1
+    # sources: kk nodes of each graph (any node of it; graph 3 is empty and takes node 0)
+    n = torch.tensor(sizes).clamp(min=1)[:, None, None]
+    local = torch.randint(0, 1 << 20, (B, Hs, kk), generator=g) % n
+    sources = torch.where(torch.tensor(sizes)[:, None, None] > 0, ptr[:-1][:, None, None] + local, 0)
+    source_mask = bias = None
+    if fields != "none":
+        source_mask = torch.rand(B, Hs, kk, generator=g) > 0.3
+        source_mask[1] = False  # a graph with no valid source: its targets get 0
+    if fields == "mask_bias":
+        bias = torch.randn(B, Hs, kk, dtype=torch.float64, generator=g).requires_grad_()
+    inputs = [q, k, v] + ([bias] if bias is not None else [])
+    calls = []
+    original = dense._sdpa_by_size_class
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(dense, "_sdpa_by_size_class", counted)
+
+    def run():
+        out = shared_source_attention(q, k, v, sources, ptr, batch, source_mask=source_mask,
+                                      bias=bias)
+        grads = torch.autograd.grad(out.square().sum(), inputs)
+        return out, grads
+
+    out_c, grads_c = run()
+    assert calls == [1]  # the size classes were used
+    monkeypatch.setattr(dense, "PAD_GAIN", 0.0)  # padding to the largest graph only
+    out_b, grads_b = run()
+    assert calls == [1]
+    torch.testing.assert_close(out_c, out_b, rtol=1e-12, atol=1e-12)
+    for a, b in zip(grads_c, grads_b, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+    if source_mask is not None:
+        assert torch.equal(out_c[ptr[1]:ptr[2]], torch.zeros_like(out_c[ptr[1]:ptr[2]]))
