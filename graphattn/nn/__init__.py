@@ -6,7 +6,7 @@ from graphattn.nn.model import GraphTransformer, positional_encoding
 from graphattn.nn.registry import MODELS, get_model, register_model
 
 # mechanism presets and the citation anchors (they register themselves by name)
-from graphattn.nn import baselines, converter, samsa  # noqa: F401  isort: skip
+from graphattn.nn import baselines, converter, propagation, samsa  # noqa: F401  isort: skip
 
 __all__ = ["MODELS", "Dropout", "GraphTransformer", "HybridLayer", "get_model", "positional_encoding",
            "register_model"]

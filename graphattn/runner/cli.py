@@ -145,9 +145,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="weight of the REINFORCE surrogate of sampling producers (SAC)" + _d("pg_weight"))
     o.add_argument("--pg-momentum", type=float, metavar="M",
                    help="momentum of the REINFORCE moving-average baseline" + _d("pg_momentum"))
+    o.add_argument("--consistency-samples", type=int, metavar="S",
+                   help="stochastic forward passes per step (dropout, DropNode, sampled edge sets); "
+                        "S > 1 adds the consistency loss between them (GRAND)"
+                        + _d("consistency_samples"))
+    o.add_argument("--consistency-weight", type=float, metavar="W",
+                   help="weight of the consistency loss" + _d("consistency_weight"))
+    o.add_argument("--consistency-temperature", type=float, metavar="T",
+                   help="sharpening temperature of the consistency target"
+                        + _d("consistency_temperature"))
     o.add_argument("--patience", type=int, metavar="N",
                    help="stop after this many epochs without a better validation metric (0: never)"
                         + _d("patience"))
+    o.add_argument("--select", choices=["metric", "loss"],
+                   help="the epoch kept: the best validation metric, or the lowest validation loss "
+                        "(patience counts from it)" + _d("select"))
     o.add_argument("--eval-every", type=int, metavar="N", help="evaluate every N epochs"
                    + _d("eval_every"))
 

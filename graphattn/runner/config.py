@@ -59,6 +59,10 @@ DEFAULTS: dict[str, Any] = {
     "aux_weight": 1.0,
     "pg_weight": 1.0,
     "pg_momentum": 0.9,
+    # consistency regularisation (GRAND): S stochastic passes per step, weight, temperature
+    "consistency_samples": 1,
+    "consistency_weight": 1.0,
+    "consistency_temperature": 0.5,
     # running
     "seeds": [0],
     "out": None,
@@ -67,6 +71,8 @@ DEFAULTS: dict[str, Any] = {
     "time_budget": None,
     "eval_every": 1,
     "patience": None,
+    # model selection on validation: "metric" (the best metric) or "loss" (the lowest task loss)
+    "select": "metric",
     "resume": False,
     "overwrite": False,
     "progress": True,
@@ -234,6 +240,9 @@ SCHEMA: dict[str, tuple[Callable[[Any], bool], str]] = {
     "aux_weight": _NONNEG_NUM,
     "pg_weight": _NONNEG_NUM,
     "pg_momentum": _PROB,
+    "consistency_samples": _POS_INT,
+    "consistency_weight": _NONNEG_NUM,
+    "consistency_temperature": _POS_NUM,
     "seeds": (lambda v: isinstance(v, list) and len(v) > 0 and all(_int(s) for s in v),
               "a non-empty list of int seeds"),
     "out": _PATH,
@@ -241,6 +250,7 @@ SCHEMA: dict[str, tuple[Callable[[Any], bool], str]] = {
     "device": (lambda v: isinstance(v, str) and _DEVICE.fullmatch(v) is not None, DEVICE_FORMS),
     "time_budget": (_optional(_POS_NUM[0]), "a positive number of minutes (leave it out for none)"),
     "eval_every": _POS_INT,
+    "select": (lambda v: v in ("metric", "loss"), "'metric' or 'loss'"),
     "patience": (_optional(_NONNEG_INT[0]), "a non-negative int (0 or left out: no early stopping)"),
     "resume": _BOOL,
     "overwrite": _BOOL,

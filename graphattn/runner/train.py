@@ -20,6 +20,7 @@ from torch import Tensor, nn
 from torch_geometric.loader import DataLoader
 from tqdm.auto import tqdm
 
+from graphattn.consistency import consistency_loss
 from graphattn.data.store import atomic_torch_save
 from graphattn.nn import GraphTransformer, get_model
 from graphattn.policy import ReinforceBaseline, per_graph_log_likelihood
@@ -223,6 +224,15 @@ class Trainer:
         if cfg["loader"] == "neighbor" and task.level != "node":
             raise ValueError(f"--loader neighbor samples subgraphs of one large graph (node tasks); "
                              f"{task.name!r} is a graph-level task, batched whole")
+        if cfg["consistency_samples"] > 1:
+            if task.loss not in ("ce", "bce"):
+                raise ValueError(f"--consistency-samples > 1 regularises class probabilities "
+                                 f"(cross-entropy or binary cross-entropy tasks); {task.name!r} "
+                                 f"is trained with the {task.loss!r} loss")
+            if world is not None:
+                raise ValueError("--consistency-samples > 1 runs several forward passes per step, "
+                                 "which DistributedDataParallel does not allow; train in one "
+                                 "process")
         self.out_dir = out_dir / f"seed{seed}" if out_dir is not None else None
         self.device = torch.device(device or cfg["device"])
         self.is_main = world is None or world.is_main
@@ -311,7 +321,8 @@ class Trainer:
             raise ValueError(f"cannot resume {path}: it was written by checkpoint format "
                              f"{ck.get('version')}, this version reads {CHECKPOINT_VERSION}")
         mine = {k: v for k, v in self.cfg.items() if k not in _RUN_ONLY}
-        theirs = {k: v for k, v in ck["config"].items() if k not in _RUN_ONLY}
+        # a key added to the config since the checkpoint was written had its default then
+        theirs = {k: v for k, v in {**DEFAULTS, **ck["config"]}.items() if k not in _RUN_ONLY}
         if mine != theirs:
             diff = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
             raise ValueError(f"cannot resume {path}: its config differs in {diff}")
@@ -333,7 +344,23 @@ class Trainer:
     # ------------------------------------------------------------- training
     def _step_loss(self, batch: Any, mask: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
         """``(objective, task loss, predictions)``: the optimised objective adds the auxiliary and
-        policy-gradient terms to the task loss (which is logged on its own)."""
+        policy-gradient terms to the task loss (which is logged on its own). With
+        ``consistency_samples`` S > 1, S stochastic passes: the objective and the task loss are
+        their means, plus ``consistency_weight`` × :func:`~graphattn.consistency.consistency_loss`
+        over every row of the passes' outputs; the predictions are the first pass's."""
+        samples = self.cfg["consistency_samples"]
+        passes = [self._pass_loss(batch, mask) for _ in range(samples)]
+        if samples == 1:
+            return passes[0]
+        loss = torch.stack([p[0] for p in passes]).mean()
+        task_value = torch.stack([p[1] for p in passes]).mean()
+        if self.cfg["consistency_weight"]:
+            loss = loss + self.cfg["consistency_weight"] * consistency_loss(
+                [p[2] for p in passes], self.cfg["consistency_temperature"], self.task.loss)
+        return loss, task_value, passes[0][2]
+
+    def _pass_loss(self, batch: Any, mask: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        """One forward pass: ``(objective, task loss, predictions)``."""
         task, cfg = self.task, self.cfg
         if self.ddp is not None:
             out, signals, _ = self.ddp(batch)
@@ -492,7 +519,10 @@ class Trainer:
         if task.level == "node":
             g = task.graph.to(self.device)
             out = self.model(g)
-            return {s: _metric(task, out[g[f"{s}_mask"]], g.y[g[f"{s}_mask"]]) for s in splits}
+            res = {s: _metric(task, out[g[f"{s}_mask"]], g.y[g[f"{s}_mask"]]) for s in splits}
+            if "val" in splits:
+                res["val_loss"] = float(task_loss(task, out[g.val_mask], g.y[g.val_mask]))
+            return res
         res = {}
         for split in splits:
             ds = task.splits[split]
@@ -505,11 +535,18 @@ class Trainer:
                 ys.append(batch.y.cpu())
             outs, ys = _gathered(outs, self.world), _gathered(ys, self.world)
             res[split] = _metric(task, torch.cat(outs), torch.cat(ys))
+            if split == "val":
+                res["val_loss"] = float(task_loss(task, torch.cat(outs), torch.cat(ys)))
         return res
 
-    def _better(self, val: float) -> bool:
+    def _better(self, val: float, val_loss: float) -> bool:
+        """Whether this evaluation is the new selected epoch: ``select="metric"`` the best
+        validation metric (the first epoch reaching it), ``"loss"`` the lowest validation task
+        loss (the early-stopping rule of GCN and GRAND)."""
         if self.best is None:
             return True
+        if self.cfg["select"] == "loss":
+            return val_loss < self.best.get("val_loss", math.inf)
         return val > self.best["val"] if self.higher_is_better else val < self.best["val"]
 
     def fit(self, announce: bool = True) -> dict[str, Any]:
@@ -572,10 +609,11 @@ class Trainer:
                 # one forward pass gives every split of a node task; graph tasks evaluate the
                 # test split only for a new best validation epoch
                 res = self.evaluate(("val", "test") if self.task.level == "node" else ("val",))
-                row["val"] = res["val"]
-                if self._better(row["val"]):
+                row["val"], row["val_loss"] = res["val"], res["val_loss"]
+                if self._better(row["val"], row["val_loss"]):
                     row["test"] = res["test"] if "test" in res else self.evaluate(("test",))["test"]
-                    self.best = {"epoch": self.epoch, "val": row["val"], "test": row["test"]}
+                    self.best = {"epoch": self.epoch, "val": row["val"], "test": row["test"],
+                                 "val_loss": row["val_loss"]}
                     self.save("best.pt")
             # the slowest rank's clock, so that every rank takes the same time-budget decision
             self.elapsed = D.max_over_ranks(self.elapsed + time.perf_counter() - t0, self.world,

@@ -39,7 +39,7 @@ def test_batches_are_sampled_subgraphs_with_the_loss_on_their_seed_nodes(mirror,
     assert torch.cat(seen_nodes).sort().values.tolist() == \
         task.graph.train_mask.nonzero().view(-1).tolist()
     full = tr.evaluate()  # the full graph
-    assert set(full) == {"val", "test"}
+    assert set(full) == {"val", "test", "val_loss"}  # the loss for --select loss
 
 
 def test_neighbor_runs_are_reproducible_and_resume(mirror, tmp_path):

@@ -244,3 +244,51 @@ def test_resume_removes_the_temporary_checkpoint_a_killed_run_left(mirror, tmp_p
     assert not stale.exists()
     assert not list(seed_dir.glob(".*.tmp"))
     assert torch.load(seed_dir / "last.pt", weights_only=True)["epoch"] == 2
+
+
+def test_consistency_samples_add_the_consistency_loss(mirror):
+    """S passes per step: the objective is the mean task loss plus λ × the consistency loss of
+    the passes (recomputed here from the same random draws)."""
+    from graphattn.consistency import consistency_loss
+    from graphattn.runner import build_task
+    from graphattn.runner.train import task_loss
+
+    task = build_task("cora")
+    cfg = resolve_config({"task": "cora", "model": "grand", "hidden": 8, "input_dropout": 0.0,
+                          "consistency_samples": 3, "consistency_weight": 0.7,
+                          "consistency_temperature": 0.4, "progress": False})
+    tr = Trainer(cfg, task, 0, None)
+    g, mask = task.graph, task.graph.train_mask
+    tr.model.train()
+    state = torch.get_rng_state()
+    loss, task_value, out = tr._step_loss(g, mask)
+    torch.set_rng_state(state)
+    outs = [tr.model(g) for _ in range(3)]
+    torch.testing.assert_close(out, outs[0])
+    tasks = torch.stack([task_loss(task, o[mask], g.y[mask]) for o in outs]).mean()
+    torch.testing.assert_close(task_value, tasks.detach())
+    torch.testing.assert_close(loss, tasks + 0.7 * consistency_loss(outs, 0.4, "ce"))
+    epoch_loss = tr.train_epoch()  # a whole step: the objective adds the (positive) term
+    assert tr.last_objective > epoch_loss
+
+
+def test_consistency_refuses_regression_tasks():
+    from graphattn.runner.tasks import Task
+
+    cfg = resolve_config({"task": "cora", "consistency_samples": 2, "progress": False})
+    task = Task(name="reg", level="graph", modality="graph", loss="l1", metric="mae",
+                out_channels=1, splits={})
+    with pytest.raises(ValueError, match="consistency-samples"):
+        Trainer(cfg, task, 0, None)
+
+
+def test_select_loss_keeps_the_lowest_validation_loss(mirror, tmp_path):
+    out = tmp_path / "sel"
+    run_experiment({"task": "cora", "model": "gcn", "hidden": 8, "epochs": 6, "select": "loss",
+                    "seeds": [0], "out": str(out), "progress": False})
+    ck = torch.load(out / "seed0" / "last.pt", weights_only=True)
+    evaluated = [r for r in ck["history"] if "val_loss" in r]
+    best = min(evaluated, key=lambda r: r["val_loss"])
+    assert ck["best"]["epoch"] == best["epoch"] and ck["best"]["val"] == best["val"]
+    with pytest.raises(ValueError, match="'select'"):
+        resolve_config({"select": "accuracy"})
