@@ -753,12 +753,15 @@ def _entries() -> dict[str, Entry]:
     model_ints = {"hidden_channels": 16, "out_channels": 3, "num_layers": 2, "heads": HEADS,
                   "ffn_ratio": 2, "head_layers": 2}
     model_rates = {"dropout": 0.0, "attn_dropout": 0.0, "input_dropout": 0.0}
-    presets = {  # preset: (arguments, more rates, whether it reads data.edge_attr)
-        "hybrid": ({"producer": "full", "conv": "gine", "edge_encoder": "linear"}, {}, True),
-        "samsa": ({"producer": {"name": "samsa", "k": 3}}, {"drop_path": 0.0}, False),
-        "converter": ({}, {}, False),
+    presets = {  # preset: (arguments, more rates, whether it reads data.edge_attr, output rows)
+        "hybrid": ({"producer": "full", "conv": "gine", "edge_encoder": "linear"}, {}, True,
+                   "graphs"),
+        "samsa": ({"producer": {"name": "samsa", "k": 3}}, {"drop_path": 0.0}, False, "graphs"),
+        "converter": ({}, {}, False, "graphs"),
+        # a node-level model: DropNode, propagation over the input graph's edges, an MLP
+        "grand": ({"steps": 2}, {"drop_node": 0.0, "feature_dropout": 0.0}, False, "nodes"),
     }
-    for preset, (kwargs, extra_rates, reads_edge_attr) in presets.items():
+    for preset, (kwargs, extra_rates, reads_edge_attr, rows) in presets.items():
         cls = MODELS[preset]
         # a preset refuses the arguments it does not use (e.g. the Converter's heads)
         ints = {k: v for k, v in model_ints.items() if k not in cls.UNUSED_ARGS}
@@ -772,7 +775,7 @@ def _entries() -> dict[str, Entry]:
         entries.append(Entry(
             f"GraphTransformer[{preset}]", build, _model_call,
             [*GRAPH_INPUT, *EDGE_CLASSES, *(EDGE_ATTR_CLASSES if reads_edge_attr else ()),
-             *HP_CLASSES, *RATE_CLASSES], ints=dict(ints), rates=rates, rows="graphs",
+             *HP_CLASSES, *RATE_CLASSES], ints=dict(ints), rates=rates, rows=rows,
         ))
     entries += [_producer_entry(name) for name in sorted(_OWN_PRODUCERS)]
     entries.append(_union_entry())

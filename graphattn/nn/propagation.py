@@ -42,9 +42,9 @@ from torch_geometric.nn.conv.gcn_conv import gcn_norm
 from torch_geometric.nn.resolver import activation_resolver
 from torch_geometric.utils import spmm
 
-from graphattn.checks import check_rate
+from graphattn.checks import check_dtype, check_positive_int, check_rate
 from graphattn.contract import ProducerContext
-from graphattn.edgeset import EdgeSet
+from graphattn.edgeset import EdgeSet, check_graph_inputs
 from graphattn.nn.dropout import Dropout
 from graphattn.nn.model import check_unused_args
 from graphattn.nn.registry import register_model
@@ -241,8 +241,9 @@ class RandomPropagation(nn.Module):
             raise TypeError(f"{type(self).__name__} got unexpected arguments {unknown}")
         if task != "node":
             raise ValueError(f"{type(self).__name__} is a node-level model; got task={task!r}")
-        if isinstance(num_layers, bool) or not isinstance(num_layers, int) or num_layers < 1:
-            raise ValueError(f"'num_layers' must be a positive int, got {num_layers!r}")
+        check_positive_int("hidden_channels", hidden_channels)
+        check_positive_int("out_channels", out_channels)
+        check_positive_int("num_layers", num_layers)
         for name, p in (("drop_node", drop_node), ("input_dropout", input_dropout),
                         ("dropout", dropout)):
             check_rate(name, p)
@@ -288,18 +289,22 @@ class RandomPropagation(nn.Module):
             if not lazy and hasattr(m, "reset_parameters"):
                 m.reset_parameters()
 
-    def _input_memo(self, x: Tensor) -> SparseFeatures | None:
-        """Checks ``x`` for NaN/inf once per tensor (the same features come back every step of a
-        node task; a changed tensor, in place or new, is checked again) and returns its sparse
-        COO copy when the first layer is applied before propagating and at most
-        :data:`SPARSE_DENSITY` of the entries are non-zero (bag-of-words features), else ``None``."""
-        key = (x.data_ptr(), x._version, tuple(x.shape), x.dtype, x.device)
+    def _input_memo(self, x: Tensor, data: Any) -> SparseFeatures | None:
+        """Checks the graph once per set of input tensors (the same ones come back every step of a
+        node task; a changed tensor, in place or new, is checked again) with one host read
+        (:func:`~graphattn.edgeset.check_graph_inputs`: ``x`` free of NaN/inf, ``batch`` long and
+        one id per node, ``edge_index`` in range with no edge joining two graphs) and returns the
+        sparse copy of ``x`` when the first layer is applied before propagating and at most
+        :data:`SPARSE_DENSITY` of its entries are non-zero (bag-of-words features), else ``None``."""
+        edge_index, batch = getattr(data, "edge_index", None), getattr(data, "batch", None)
+        key = tuple(None if not isinstance(t, Tensor)
+                    else (t.data_ptr(), t._version, tuple(t.shape), t.dtype, t.device)
+                    for t in (x, edge_index, batch))
         if self._memo_key == key:
             return self._memo
-        nonzero = int(torch.count_nonzero(x))
-        if x.numel() and not bool(torch.isfinite(x).all()):
-            raise ValueError(f"{type(self).__name__}: data.x holds NaN or inf")
-        sparse = self.projects_first and nonzero <= SPARSE_DENSITY * x.numel()
+        check_graph_inputs(edge_index, x.size(0), batch, finite={"data.x": x})
+        sparse = (self.projects_first
+                  and int(torch.count_nonzero(x)) <= SPARSE_DENSITY * x.numel())
         self._memo = SparseFeatures(x) if sparse else None
         self._memo_key = key
         return self._memo
@@ -354,7 +359,8 @@ class RandomPropagation(nn.Module):
         if not isinstance(x, Tensor) or x.dim() != 2 or not x.is_floating_point():
             raise ValueError(f"{type(self).__name__} needs data.x, a 2-D floating-point tensor of "
                              f"node features; got {x if x is None else getattr(x, 'shape', type(x))}")
-        memo = self._input_memo(x)
+        check_dtype("data.x", x, self, type(self).__name__)
+        memo = self._input_memo(x, data)
         ctx = ProducerContext(x, num_heads=1, data=data, generator=generator,
                               training=self.training, validate=False)
         es, adj = self._edges(ctx, data)

@@ -67,6 +67,13 @@ CASES = {
 }
 
 
+#: node-level models (one output row per node, no attention layers): their own test below
+NODE_CASES = {
+    "grand": {"producer": "input", "steps": 2, "feature_dropout": 0.5},
+    "grand:batch_norm": {"producer": "input", "steps": 2, "norm": "batch_norm"},
+}
+
+
 def name_device_params() -> list:
     """``(name, device)`` for every case: on the CPU (unless ``on_cpu=False``) and on CUDA."""
     params = []
@@ -84,7 +91,8 @@ def test_every_producer_and_model_has_a_case():
     # tests/nn/test_baselines.py covers them
     anchors = {m for m in MODEL_NAMES if "producer" in getattr(get_model(m), "UNUSED_ARGS", {})}
     assert anchors == {"gcn", "gat"}
-    assert models == set(MODEL_NAMES) - anchors
+    node_models = {name.split(":")[0] for name in NODE_CASES}
+    assert models == set(MODEL_NAMES) - anchors - node_models
 
 
 def data_batch() -> Batch:
@@ -151,6 +159,50 @@ def test_model_trains_and_evaluates_on_device(name, device):
         assert graph.dtype == torch.long and log_prob.shape == graph.shape
         loss = loss + 1e-2 * log_prob.sum()
     loss.backward()
+    grads = {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
+    assert grads
+    for n, g in grads.items():
+        assert on(device, g) and torch.isfinite(g).all(), n
+
+
+def build_node_model(name: str) -> torch.nn.Module:
+    torch.manual_seed(0)
+    return get_model(name.split(":")[0])(HIDDEN, OUT, **NODE_CASES[name])
+
+
+@pytest.mark.parametrize("name", list(NODE_CASES))
+def test_node_model_trains_and_evaluates_on_device(name, device):
+    """A node-level model on ``device``: its evaluation output equals the CPU model's (same state
+    dict), a training pass draws its DropNode masks from a caller's generator reproducibly, and the
+    gradients lie on the device and are finite."""
+    data = data_batch()
+    N = sum(SIZES)
+    model = build_node_model(name)
+    model.eval()
+    with torch.no_grad():
+        expected = model(data)
+    assert expected.shape == (N, OUT) and torch.isfinite(expected).all()
+    if device != "cpu":
+        cpu_model, model = model, build_node_model(name)
+        model.load_state_dict(cpu_model.state_dict())
+        model.to(device).eval()
+        data = data.to(device)
+        with torch.no_grad():
+            out = model(data)
+        assert on(device, out)
+        torch.testing.assert_close(out.cpu(), expected, rtol=1e-4, atol=1e-4)
+
+    model.train()
+    outs = []
+    for _ in range(2):
+        torch.manual_seed(1)  # the dropout layers draw alike
+        gen = torch.Generator(device=device).manual_seed(6)
+        out, signals = model(data, generator=gen, return_signals=True)
+        assert out.shape == (N, OUT) and on(device, out) and torch.isfinite(out).all()
+        assert signals.edge_sets and all(es.device.type == device for es in signals.edge_sets)
+        outs.append(out)
+    torch.testing.assert_close(outs[0], outs[1])
+    outs[0].square().mean().backward()
     grads = {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
     assert grads
     for n, g in grads.items():
