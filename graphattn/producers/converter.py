@@ -41,6 +41,10 @@ from graphattn.producers.converter_ops import (
 from graphattn.producers.registry import register_producer
 
 ANGLE_PARAMS = ("paper", "code")
+PHASE_READOUTS = ("mean", "linear")
+#: the readout's initial scale (``phase_readout="linear"``): ``r ~ U(±gain·sqrt(6/D))`` puts the
+#: pre-activation's spread at a few radians, so that ``λ = sin(⟨r, s⟩)`` covers [-1, 1] at init
+READOUT_GAIN = 4.0
 NUM_ANGLES = 7  # α_l, β_l, γ_l (lower chain), α_u, β_u, γ_u (upper chain), θ (diagonal)
 
 
@@ -137,6 +141,8 @@ class ConverterProducer(EdgeProducer):
     .. math::
         p_n = \operatorname{pool}_7\big(\operatorname{SIREN}_\Phi(x_n)\big) \in \mathbb{R}^7,
         \qquad \lambda_n = \operatorname{mean}_d \operatorname{SIREN}_\Lambda(x_n)_d \in [-1, 1]
+        \quad\text{or (``phase_readout="linear"``)}\quad
+        \lambda_n = \sin\big(\langle r, \operatorname{SIREN}_\Lambda(x_n)\rangle\big)
 
         \Phi = \operatorname{diag}(e^{2\pi i\, p_{n,6}})\, H_l\, H_u\, P,\qquad
         S = \Phi^H \operatorname{diag}(e^{i\varphi})\, \Phi,\qquad o_i = \sum_j S_{ij} v_j
@@ -146,7 +152,8 @@ class ConverterProducer(EdgeProducer):
     its angles from node :math:`j` (:math:`p_{j,0..2}`), the pair of :math:`H_u` from node
     :math:`j+1` (:math:`p_{j+1,3..5}`), each block being
     :func:`~graphattn.producers.converter_ops.givens` with
-    :math:`\tfrac{\alpha\pm\beta}{2} = \pi(p_0 \pm p_1)`, :math:`\tfrac{\gamma}{2} = \pi p_2`.
+    :math:`\tfrac{\alpha\pm\beta}{2} = \pi(p_0 \pm p_1)`,
+    :math:`\tfrac{\gamma}{2} = \pi (p_2 + \gamma_0)` (the paper: :math:`\gamma_0 = 0`).
     Synvolution: :math:`\varphi = \lambda`. Kernelution: :math:`\varphi = \tfrac12 g_0 w_0 +
     \sum_{k=1}^{K} g_k w_k T_k(\lambda)` with learnable :math:`w` shared by the whole batch and
     fixed Gibbs factors :math:`g` of ``kernel``; the edge set's ``aux_loss`` is
@@ -176,6 +183,19 @@ class ConverterProducer(EdgeProducer):
             flatten, per graph; every graph size must be a multiple of it); 0 = identity.
         dropout (float): dropout inside both SIRENs (training only; masks drawn from the
             caller's generator when given).
+        phase_readout (str): ``"mean"`` (the paper and its code: the mean of
+            :math:`\operatorname{SIREN}_\Lambda`'s outputs, whose spread over nodes shrinks like
+            :math:`1/\sqrt{D}`, so every eigen-phase starts near the same value and
+            :math:`S \approx e^{i\bar\varphi} I`) or ``"linear"`` (a learnable readout
+            :math:`r`, initialised :math:`U(\pm 4\sqrt{6/D})`, then :math:`\sin`: the phases
+            cover :math:`[-1, 1]` at initialisation).
+        gamma_offset (float): :math:`\gamma_0`, a constant added to the pooled rotation angle
+            (in turns of :math:`\pi`): ``0`` the paper (the pooled angles start near 0, so
+            every Givens block starts near a diagonal phase and :math:`\Phi` barely mixes);
+            ``0.25`` starts every block near a 45° rotation, so :math:`\Phi` mixes neighbouring
+            nodes from the first step (with ``phase_readout="linear"`` the operator's
+            off-diagonal energy per row, :math:`1 - |S_{ii}|^2`, is about 0.2 at initialisation
+            instead of under 1e-3).
     """
 
     mode = "weighted"
@@ -191,6 +211,8 @@ class ConverterProducer(EdgeProducer):
         angle_param: str = "paper",
         stride: int = 0,
         dropout: float = 0.0,
+        phase_readout: str = "mean",
+        gamma_offset: float = 0.0,
     ) -> None:
         super().__init__()
         self.channels = check_positive_int("channels", channels)
@@ -203,6 +225,12 @@ class ConverterProducer(EdgeProducer):
             raise ValueError(f"'kp_weight' must be a non-negative number, got {kp_weight!r}")
         if not (isinstance(dropout, (int, float)) and 0.0 <= dropout < 1.0):
             raise ValueError(f"'dropout' must lie in [0, 1), got {dropout!r}")
+        if phase_readout not in PHASE_READOUTS:
+            raise ValueError(f"'phase_readout' must be one of {PHASE_READOUTS}, got "
+                             f"{phase_readout!r}")
+        if (isinstance(gamma_offset, bool) or not isinstance(gamma_offset, (int, float))
+                or not math.isfinite(gamma_offset)):
+            raise ValueError(f"'gamma_offset' must be a finite number, got {gamma_offset!r}")
         self.stride = check_positive_int("stride", stride, allow_zero=True)
         self.kpm = bool(kpm)
         self.kernel = kernel
@@ -213,6 +241,12 @@ class ConverterProducer(EdgeProducer):
         self.eigvec_siren = Siren(channels, dropout)
         self.eigval_siren = Siren(channels, dropout)
         self.fixnorm = ScaleNorm(channels, affine=False)
+        self.phase_readout = phase_readout
+        self.gamma_offset = float(gamma_offset)
+        if phase_readout == "linear":
+            self.eigval_readout: nn.Parameter | None = nn.Parameter(torch.empty(channels))
+        else:
+            self.register_parameter("eigval_readout", None)
         if self.kpm:
             self.cheb_weight: nn.Parameter | None = nn.Parameter(torch.empty(self.order + 1))
             self.register_buffer("damping",
@@ -225,6 +259,9 @@ class ConverterProducer(EdgeProducer):
     def reset_parameters(self) -> None:
         self.eigvec_siren.reset_parameters()
         self.eigval_siren.reset_parameters()
+        if self.eigval_readout is not None:
+            bound = READOUT_GAIN * math.sqrt(6.0 / self.channels)
+            nn.init.uniform_(self.eigval_readout, -bound, bound)
         if self.cheb_weight is not None:
             # φ = ½ w0 + Σ w_k T_k with every w = 2/(K+1): the released code's initial filter
             nn.init.constant_(self.cheb_weight, 2.0 / (self.order + 1))
@@ -237,7 +274,8 @@ class ConverterProducer(EdgeProducer):
         if self.angle_param == "code":
             h = self.fixnorm(h)
         p = F.adaptive_avg_pool1d(h[:, None, :], NUM_ANGLES)[:, 0]
-        lam = self.eigval_siren(x, training, generator).mean(-1)
+        s = self.eigval_siren(x, training, generator)
+        lam = s.mean(-1) if self.eigval_readout is None else torch.sin(s @ self.eigval_readout)
         return p, lam
 
     def phase(self, lam: Tensor) -> Tensor:
@@ -270,8 +308,9 @@ class ConverterProducer(EdgeProducer):
 
         pi = math.pi
         lo, up = p[:-1], p[1:]
-        rot_l = givens(pi * (lo[:, 0] + lo[:, 1]), pi * (lo[:, 0] - lo[:, 1]), pi * lo[:, 2])
-        rot_u = givens(pi * (up[:, 3] + up[:, 4]), pi * (up[:, 3] - up[:, 4]), pi * up[:, 5])
+        g0 = self.gamma_offset
+        rot_l = givens(pi * (lo[:, 0] + lo[:, 1]), pi * (lo[:, 0] - lo[:, 1]), pi * (lo[:, 2] + g0))
+        rot_u = givens(pi * (up[:, 3] + up[:, 4]), pi * (up[:, 3] - up[:, 4]), pi * (up[:, 5] + g0))
         boundary = ctx.batch[1:] != ctx.batch[:-1]
         rot_l = identity_rotations(rot_l, boundary)
         rot_u = identity_rotations(rot_u, boundary)
@@ -291,4 +330,5 @@ class ConverterProducer(EdgeProducer):
     def extra_repr(self) -> str:
         kind = f"kernelution(order={self.order}, kernel={self.kernel!r})" if self.kpm else "synvolution"
         return (f"{self.channels}, {kind}, angle_param={self.angle_param!r}, "
-                f"kp_weight={self.kp_weight}, stride={self.stride}, dropout={self.dropout}")
+                f"kp_weight={self.kp_weight}, stride={self.stride}, dropout={self.dropout}, "
+                f"phase_readout={self.phase_readout!r}, gamma_offset={self.gamma_offset}")

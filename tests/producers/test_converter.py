@@ -590,6 +590,59 @@ def test_angle_parameterisations():
         assert (S.mH @ S - torch.eye(20, dtype=C128)).abs().max() < 1e-10
 
 
+def _off_diagonal_energy(prod, x, batch):
+    """``1 - |S_ii|^2`` per row (the rows of the unitary ``S`` have unit norm)."""
+    with torch.no_grad():
+        S = prod(x, batch).to_dense()
+    assert (S.mH @ S - torch.eye(x.size(0), dtype=S.dtype)).abs().max() < 1e-10
+    return 1 - S.diagonal().abs() ** 2
+
+
+@pytest.mark.parametrize("D", [32, 64])
+@pytest.mark.parametrize("kpm", [True, False])
+def test_mixing_initialisation(kpm, D):
+    """The paper's initialisation (mean phase readout, pooled angles near 0) starts with
+    S ≈ e^{iφ̄} I: the phases bunch and the Givens blocks are near-diagonal. The linear phase
+    readout and the 45° angle offset start with an operator that mixes tokens (issue criterion:
+    off-diagonal energy per row ≥ 0.1 on a random batch), still exactly unitary."""
+    sizes = [40, 64, 25]
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(sum(sizes), D, generator=gen, dtype=F64)
+    batch = torch.repeat_interleave(torch.arange(3), torch.tensor(sizes))
+    torch.manual_seed(0)
+    paper = ConverterProducer(D, kpm=kpm).double()
+    mixing = ConverterProducer(D, kpm=kpm, phase_readout="linear", gamma_offset=0.25).double()
+    assert _off_diagonal_energy(paper, x, batch).mean() < 0.01
+    energy = _off_diagonal_energy(mixing, x, batch)
+    assert energy.mean() >= 0.1
+    _, lam = mixing.eigen_parameters(x)
+    assert lam.abs().max() <= 1 and lam.std() > 0.3  # the phases spread over [-1, 1]
+
+
+def test_linear_phase_readout_options_and_gradient():
+    prod = ConverterProducer(8, phase_readout="linear", gamma_offset=0.25).double()
+    assert "phase_readout='linear', gamma_offset=0.25" in repr(prod)
+    assert prod.eigval_readout is not None and prod.eigval_readout.shape == (8,)
+    assert ConverterProducer(8).eigval_readout is None  # the paper's state dict, unchanged
+    batch = make_batch([6, 1, 4], channels=8, seed=5)
+    layer = EdgeAttention(8, 8, mode="weighted").double()
+    out = layer(batch.x, prod, batch.batch)
+    (out.square().sum() + prod.kp_loss()).backward()
+    for name, p in prod.named_parameters():
+        assert p.grad is not None and torch.isfinite(p.grad).all() and p.grad.abs().sum() > 0, name
+    # the offset is in turns of π on γ/2: 2 is a whole turn, the same operator as 0
+    x = torch.randn(7, 8, generator=torch.Generator().manual_seed(4), dtype=F64)
+    a = ConverterProducer(8).double()
+    b = ConverterProducer(8, gamma_offset=2.0).double()
+    b.load_state_dict(a.state_dict())
+    torch.testing.assert_close(b(x).to_dense(), a(x).to_dense())
+    for bad in ("0.25", True, float("nan")):
+        with pytest.raises(ValueError, match="'gamma_offset'"):
+            ConverterProducer(8, gamma_offset=bad)
+    with pytest.raises(ValueError, match="'phase_readout'"):
+        ConverterProducer(8, phase_readout="max")
+
+
 def test_node_order_matters():
     """The operator is not permutation-equivariant (documented): relabelling the nodes of a graph
     changes S beyond the relabelling, because the Givens chain follows the node order."""
