@@ -3,6 +3,7 @@ what was expected."""
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -48,6 +49,19 @@ def resolve_num_heads(num_heads: Any, heads: Any, owner: str) -> int | None:
                          f"only ('heads' is its older spelling)")
     value = num_heads if num_heads is not None else heads
     return None if value is None else check_positive_int("num_heads", value)
+
+
+def check_number(name: str, value: Any, *, minimum: float | None = None,
+                 strict: bool = False) -> float:
+    """Validates a real hyperparameter: a finite int or float (a bool, a string, NaN or inf is
+    refused); with ``minimum``, at least ``minimum`` (``strict``: above it)."""
+    ok = not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+    if ok and minimum is not None:
+        ok = value > minimum if strict else value >= minimum
+    if not ok:
+        bound = "" if minimum is None else f" {'>' if strict else '>='} {minimum:g}"
+        raise ValueError(f"'{name}' must be a finite number{bound}, got {value!r}")
+    return float(value)
 
 
 def check_rate(name: str, value: Any) -> float:

@@ -27,6 +27,7 @@ from graphattn.producers.base import (
     EdgeProducer,
     ProducerContext,
     check_dtype,
+    check_number,
     check_positive_int,
 )
 from graphattn.producers.converter_ops import (
@@ -194,7 +195,7 @@ class ConverterProducer(EdgeProducer):
             every Givens block starts near a diagonal phase and :math:`\Phi` barely mixes);
             ``0.25`` starts every block near a 45° rotation, so :math:`\Phi` mixes neighbouring
             nodes from the first step (with ``phase_readout="linear"`` the operator's
-            off-diagonal energy per row, :math:`1 - |S_{ii}|^2`, is about 0.2 at initialisation
+            off-diagonal energy per row, :math:`1 - |S_{ii}|^2`, is about 0.25 at initialisation
             instead of under 1e-3).
     """
 
@@ -221,16 +222,13 @@ class ConverterProducer(EdgeProducer):
             raise ValueError(f"'kernel' must be one of {KERNELS}, got {kernel!r}")
         if angle_param not in ANGLE_PARAMS:
             raise ValueError(f"'angle_param' must be one of {ANGLE_PARAMS}, got {angle_param!r}")
-        if not (isinstance(kp_weight, (int, float)) and kp_weight >= 0):
-            raise ValueError(f"'kp_weight' must be a non-negative number, got {kp_weight!r}")
+        kp_weight = check_number("kp_weight", kp_weight, minimum=0)
         if not (isinstance(dropout, (int, float)) and 0.0 <= dropout < 1.0):
             raise ValueError(f"'dropout' must lie in [0, 1), got {dropout!r}")
         if phase_readout not in PHASE_READOUTS:
             raise ValueError(f"'phase_readout' must be one of {PHASE_READOUTS}, got "
                              f"{phase_readout!r}")
-        if (isinstance(gamma_offset, bool) or not isinstance(gamma_offset, (int, float))
-                or not math.isfinite(gamma_offset)):
-            raise ValueError(f"'gamma_offset' must be a finite number, got {gamma_offset!r}")
+        gamma_offset = check_number("gamma_offset", gamma_offset)
         self.stride = check_positive_int("stride", stride, allow_zero=True)
         self.kpm = bool(kpm)
         self.kernel = kernel

@@ -22,7 +22,6 @@ predictors in :mod:`~graphattn.producers.sac_decoder` (LSTM) and :mod:`~graphatt
 from __future__ import annotations
 
 import copy
-import math
 from typing import Any
 
 import torch
@@ -36,6 +35,7 @@ from graphattn.producers.base import (
     EdgeProducer,
     ProducerContext,
     check_int,
+    check_number,
     check_positive_int,
     resolve_num_heads,
 )
@@ -179,9 +179,7 @@ class SAC(EdgeProducer):
         heads: int | None = None,
     ) -> None:
         super().__init__()
-        if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not alpha > 0 \
-                or not math.isfinite(alpha):
-            raise ValueError(f"'alpha' must be a positive number, got {alpha!r}")
+        check_number("alpha", alpha, minimum=0, strict=True)
         if policy not in POLICIES:
             raise ValueError(f"'policy' must be one of {POLICIES}, got {policy!r}")
         if (all_nodes or policy == "parallel") and float(alpha) != int(alpha):

@@ -27,6 +27,7 @@ from graphattn.producers.base import (
     EdgeProducer,
     ProducerContext,
     check_dtype,
+    check_number,
     check_positive_int,
 )
 from graphattn.producers.keyed_random import KeyedRandom
@@ -202,10 +203,7 @@ class SAMSA(EdgeProducer):
         self.channels = check_positive_int("channels", channels)
         self.num_heads = check_positive_int("num_heads", num_heads)
         self.k = check_positive_int("k", k)
-        if isinstance(tau, bool) or not isinstance(tau, (int, float)) or not tau > 0 \
-                or not math.isfinite(tau):
-            raise ValueError(f"'tau' must be a positive finite number, got {tau!r}")
-        self.tau = float(tau)
+        self.tau = check_number("tau", tau, minimum=0, strict=True)
         self.hard = bool(hard)
         self.num_support = 2 * self.k if num_support is None else check_positive_int(
             "num_support", num_support, allow_zero=True)

@@ -17,7 +17,13 @@ from torch import Tensor, nn
 from graphattn.edgeset import EdgeSet, sort_rows
 from graphattn.memory import check_edges, within_budget
 from graphattn.origins import origin_code
-from graphattn.producers.base import EdgeProducer, ProducerContext, check_positive_int, resolve_num_heads
+from graphattn.producers.base import (
+    EdgeProducer,
+    ProducerContext,
+    check_number,
+    check_positive_int,
+    resolve_num_heads,
+)
 from graphattn.producers.keyed_random import KeyedRandom
 from graphattn.producers.registry import register_producer
 from graphattn.producers.sbm_sampling import (
@@ -151,7 +157,7 @@ class SBMEdges(EdgeProducer):
         self.heads = resolve_num_heads(num_heads, heads, "SBMEdges")
         self.head_dim = None if head_dim is None else check_positive_int("head_dim", head_dim)
         self.num_clusters = check_positive_int("num_clusters", num_clusters)
-        self.delta = _non_negative("delta", delta)
+        self.delta = check_number("delta", delta, minimum=0)
         self.delta_in_eval = bool(delta_in_eval)
         if sampler not in SAMPLERS:
             raise ValueError(f"'sampler' must be one of {SAMPLERS}, got {sampler!r}")
@@ -161,10 +167,9 @@ class SBMEdges(EdgeProducer):
         if ste not in STES:
             raise ValueError(f"'ste' must be one of {STES}, got {ste!r}")
         self.ste = ste
-        if ste_clip is not None and not (_non_negative("ste_clip", ste_clip) > 0):
-            raise ValueError(f"'ste_clip' must be a positive float or None, got {ste_clip!r}")
-        self.ste_clip = None if ste_clip is None else float(ste_clip)
-        self.reg_weight = _non_negative("reg_weight", reg_weight)
+        self.ste_clip = (None if ste_clip is None
+                         else check_number("ste_clip", ste_clip, minimum=0, strict=True))
+        self.reg_weight = check_number("reg_weight", reg_weight, minimum=0)
         if eval_seed is not None and (isinstance(eval_seed, bool) or not isinstance(eval_seed, int)):
             raise ValueError(f"'eval_seed' must be an int or None, got {eval_seed!r}")
         self.eval_seed = eval_seed
@@ -322,13 +327,6 @@ class SBMEdges(EdgeProducer):
         return (f"heads={self.heads}, head_dim={self.head_dim}, num_clusters={self.num_clusters}, "
                 f"sampler={self.sampler!r}, delta={self.delta}, dedupe={self.dedupe}, "
                 f"self_loops={self.self_loops}, ste={self.ste!r}")
-
-
-def _non_negative(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-            or value < 0:
-        raise ValueError(f"'{name}' must be a finite non-negative float, got {value!r}")
-    return float(value)
 
 
 def _graph_sorted(ctx: ProducerContext) -> tuple[Tensor | None, Tensor]:

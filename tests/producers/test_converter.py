@@ -530,8 +530,9 @@ def test_validation_errors():
         ConverterProducer(0)
     with pytest.raises(ValueError, match="'dropout'"):
         ConverterProducer(8, dropout=1.0)
-    with pytest.raises(ValueError, match="'kp_weight'"):
-        ConverterProducer(8, kp_weight=-1)
+    for bad in (-1, float("inf"), "0.1"):
+        with pytest.raises(ValueError, match="'kp_weight'"):
+            ConverterProducer(8, kp_weight=bad)
     prod = ConverterProducer(4)
     with pytest.raises(ValueError, match="channels=4"):
         prod(torch.randn(3, 5))
