@@ -294,10 +294,23 @@ def _sync(device: torch.device) -> None:
 
 
 def time_step(step: Callable[[Any], None], batches: list[Any], device: torch.device, warmup: int,
-              steps: int) -> dict[str, float]:
+              steps: int, budget_s: float | None = None) -> dict[str, float]:
+    """Median (min, IQR) wall time of ``steps`` steps after ``warmup``; with ``budget_s`` a model
+    whose steps would take longer than that in all is timed over fewer (at least 3) steps, the
+    number estimated from the last warm-up step and stated in the row (``steps``), and its warm-up
+    stops once it has taken half the budget."""
+    last = spent = 0.0
     for i in range(warmup):
+        _sync(device)
+        t0 = time.perf_counter()
         step(batches[i % len(batches)])
-    _sync(device)
+        _sync(device)
+        last = time.perf_counter() - t0
+        spent += last
+        if budget_s is not None and spent > budget_s / 2:  # a slow model: one warm-up is enough
+            break
+    if budget_s is not None and warmup and last * steps > budget_s:
+        steps = max(3, min(steps, int(budget_s / max(last, 1e-9))))
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     times = []
@@ -310,10 +323,37 @@ def time_step(step: Callable[[Any], None], batches: list[Any], device: torch.dev
         times.append((time.perf_counter() - t0) * 1e3)
     res = {"median_ms": statistics.median(times), "min_ms": min(times),
            "spread_ms": statistics.quantiles(times, n=4)[2] - statistics.quantiles(times, n=4)[0]
-           if len(times) >= 4 else 0.0}
+           if len(times) >= 4 else 0.0, "steps": steps}
     if device.type == "cuda":
         res["peak_mib"] = torch.cuda.max_memory_allocated(device) / 2**20
     return res
+
+
+def profile_step(step: Callable[[Any], None], batches: list[Any], device: torch.device,
+                 label: str, steps: int = 3) -> dict[str, float]:
+    """``steps`` steps under :mod:`torch.profiler`: the operators per step, and on CUDA the
+    kernels launched and the time the device was busy per step (a step whose wall time is far above
+    its busy time is bound by the host: Python, dispatch and launches). The top operators are
+    printed to stderr."""
+    from torch.profiler import ProfilerActivity, profile
+
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with profile(activities=acts) as prof:
+        for i in range(steps):
+            step(batches[i % len(batches)])
+        _sync(device)
+    events = prof.events()
+    out = {"ops_per_step": sum(1 for e in events if "::" in e.name
+                               and e.cpu_parent is None) / steps}
+    key = "self_cpu_time_total"
+    if device.type == "cuda":
+        kernels = [e for e in events if e.device_type == torch.autograd.DeviceType.CUDA]
+        out["kernels_per_step"] = len(kernels) / steps
+        out["busy_ms"] = sum(e.device_time for e in kernels) / 1e3 / steps
+        key = "self_device_time_total"
+    print(f"--- profile: {label}\n" + prof.key_averages().table(sort_by=key, row_limit=10),
+          file=sys.stderr, flush=True)
+    return out
 
 
 # ----------------------------------------------------------------------------- suites
@@ -393,7 +433,9 @@ def run_suite(suite: str, args: argparse.Namespace, device: torch.device) -> lis
                                              batches[0], device)
             else:
                 step, n_params = graphattn_step(what, task, device)
-            res = time_step(step, batches, device, args.warmup, args.steps)
+            res = time_step(step, batches, device, args.warmup, args.steps, args.model_budget)
+            if args.profile:
+                res.update(profile_step(step, batches, device, label))
             row = {"suite": suite, "model": label, "params": n_params, **res}
         except Exception as exc:  # a failing model is a row, not the end of the run
             row = {"suite": suite, "model": label, "error": f"{type(exc).__name__}: {exc}"[:300]}
@@ -434,7 +476,10 @@ def markdown(rows: list[dict[str, Any]], device: torch.device, args: argparse.Na
             if "error" in r:
                 lines.append(f"| {r['model']} | — | failed: {r['error'][:120]} |" + " |" * (len(cols) - 3))
                 continue
-            cells = [r["model"], f"{r['params']:,}", f"{r['median_ms']:.1f}", f"{r['spread_ms']:.1f}",
+            ms = f"{r['median_ms']:.1f}"
+            if r.get("steps", args.steps) < args.steps:
+                ms += f" ({r['steps']} steps)"
+            cells = [r["model"], f"{r['params']:,}", ms, f"{r['spread_ms']:.1f}",
                      f"{r.get(ref, float('nan')):.2f}"]
             if suite == "peptides":
                 cells.append(f"{r.get('vs_gine', float('nan')):.2f}")
@@ -457,6 +502,12 @@ def main(argv: list[str] | None = None) -> None:
                    help="distinct batches cycled through (default: 4)")
     p.add_argument("--listops-batch", type=int, default=8, help="sequences per ListOps batch")
     p.add_argument("--only", nargs="*", help="run the models whose label contains one of these")
+    p.add_argument("--model-budget", type=float, default=None, metavar="SECONDS",
+                   help="time a model whose steps would take longer than this over fewer steps "
+                        "(at least 3; the row states how many)")
+    p.add_argument("--profile", action="store_true",
+                   help="also profile 3 steps per model: operators (and on CUDA kernels and busy "
+                        "time) per step, and the top operators")
     p.add_argument("--save-batches", help="write the Peptides batches to this file")
     p.add_argument("--load-batches", help="read the Peptides batches from this file")
     p.add_argument("--out", help="append the rows as JSON lines to this file")

@@ -62,7 +62,7 @@ if "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"
   BATCHES=()
   [ -n "${PEPTIDES_BATCHES:-}" ] && BATCHES=(--load-batches "$PEPTIDES_BATCHES")
   step bench_training_cuda 210 "$PY" benchmarks/bench_training.py --device cuda --suite peptides cora listops \
-    --warmup 3 --steps 11 "${BATCHES[@]}" --out "$LOG/bench_training_cuda.jsonl"
+    --warmup 3 --steps 11 --model-budget 8 "${BATCHES[@]}" --out "$LOG/bench_training_cuda.jsonl"
 else
   echo "no CUDA device: the CUDA tests and benchmarks are skipped; running the CPU parts"
   step triton_interpreter 900 "$PY" -m pytest -q -p no:cacheprovider tests/kernels/test_triton.py

@@ -12,7 +12,6 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from torch_geometric.utils import to_dense_batch
 
 
 def gather_rows(table: Tensor, index: Tensor) -> Tensor:
@@ -92,7 +91,7 @@ def shared_source_attention(
         assert q is not None and k is not None
         kd = k if gathered else _gather_heads(k, idx)
         attn_mask = _attention_mask(mask, bias, q.dtype, q.device)
-        classes = size_classes(sizes)
+        classes = padding_classes(sizes, q.device, B * H * n_max * kk)
         if not uniform and sum(len(g) * n for g, n in classes) < PAD_GAIN * B * n_max:
             # ragged sizes: pad each size class to its own largest graph, not to the batch's
             out = _sdpa_by_size_class(q, kd, vd, attn_mask, sizes, classes, ptr, dropout, scale)
@@ -101,9 +100,9 @@ def shared_source_attention(
             return out
         if uniform:
             qd = q.reshape(B, n_max, H, C)
-        else:
-            qd, _ = to_dense_batch(q.reshape(N, H * C), batch, batch_size=B, max_num_nodes=n_max)
-            qd = qd.view(B, n_max, H, C)
+        else:  # the queries padded per graph: slot (graph, position in it), zeros elsewhere
+            local = torch.arange(N, device=batch.device) - ptr[batch]
+            qd = q.new_zeros(B, n_max, H, C).index_put((batch, local), q)
         qd = qd.transpose(1, 2)  # [B, H, n_max, C]
         out = F.scaled_dot_product_attention(
             qd, kd, vd, attn_mask=attn_mask, dropout_p=dropout, scale=scale
@@ -133,6 +132,23 @@ def shared_source_attention(
 PAD_GAIN = 0.7
 #: graphs whose sizes differ by less than this factor share one padded block
 SIZE_CLASS_RATIO = 1.25
+
+
+#: on a CUDA device, pad every graph to the batch's largest (one call) unless that computes more than
+#: this many padded pairs: there a small model's step is bound by the host's kernel launches (each
+#: size class costs ~25 more launches per layer, ~10–30 µs each), not by the padded arithmetic
+CUDA_PAD_PAIRS = 2**28
+
+
+def padding_classes(sizes: list[int], device: torch.device, padded_pairs: int,
+                    ratio: float = SIZE_CLASS_RATIO) -> list[tuple[list[int], int]]:
+    """The size classes to pad by: :func:`size_classes` on the CPU; on CUDA one class of every
+    non-empty graph padded to the largest while the batch-padded work ``padded_pairs`` (e.g.
+    :math:`B H n_{max} k` scores) stays under :data:`CUDA_PAD_PAIRS`, else :func:`size_classes`."""
+    if device.type == "cuda" and padded_pairs <= CUDA_PAD_PAIRS:
+        graphs = [g for g, n in enumerate(sizes) if n > 0]
+        return [(graphs, max(sizes))] if graphs else []
+    return size_classes(sizes, ratio)
 
 
 def size_classes(sizes: list[int], ratio: float = SIZE_CLASS_RATIO) -> list[tuple[list[int], int]]:

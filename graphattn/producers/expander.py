@@ -11,7 +11,7 @@ from torch import Tensor
 
 from graphattn.edgeset import EdgeSet
 from graphattn.memory import check_edges
-from graphattn.producers._util import explicit_edge_set, graph_of_local
+from graphattn.producers._util import explicit_edge_set
 from graphattn.producers.base import (
     EdgeProducer,
     ProducerContext,
@@ -76,7 +76,6 @@ class ExpanderEdges(EdgeProducer):
         return ("expander", self.degree, self.seed)
 
     def produce(self, ctx: ProducerContext) -> EdgeSet:
-        _graph, _, start = graph_of_local(ctx)
         counts = ctx.counts.tolist()
         self._check_memory(ctx, counts)
         parts = []
@@ -84,16 +83,20 @@ class ExpanderEdges(EdgeProducer):
         # graph's size alone, never from its position in the batch
         drawn = None if ctx.generator is None else int(torch.randint(
             0, 2**31 - 1, (), generator=ctx.generator, device=ctx.generator.device))
-        for b, n in enumerate(counts):
-            if n < 2:
-                continue
-            if drawn is not None:
-                tmpl = _regular_template.__wrapped__(n, self.degree, (drawn * 1_000_003 + n) % 2**62)
-            else:
-                tmpl = _regular_template(n, self.degree, self.seed * 1_000_003 + n)
-            parts.append(tmpl.to(ctx.device) + start[b])
+        # the batch is assembled on the host (the sizes are there) and copied to the device once:
+        # no loop of per-graph device operations
+        start = 0
+        for n in counts:
+            if n >= 2:
+                if drawn is not None:
+                    tmpl = _regular_template.__wrapped__(n, self.degree,
+                                                         (drawn * 1_000_003 + n) % 2**62)
+                else:
+                    tmpl = _regular_template(n, self.degree, self.seed * 1_000_003 + n)
+                parts.append(tmpl + start)
+            start += n
         if parts:
-            edge_index = torch.cat(parts, 1)
+            edge_index = torch.cat(parts, 1).to(ctx.device)
         else:
             edge_index = torch.empty(2, 0, dtype=torch.long, device=ctx.device)
         return explicit_edge_set(edge_index, ctx, "expander")

@@ -7,7 +7,7 @@ from collections.abc import Hashable
 import torch
 
 from graphattn.edgeset import EdgeSet
-from graphattn.kernels.dense import size_classes
+from graphattn.kernels.dense import padding_classes
 from graphattn.memory import check_edges
 from graphattn.producers._util import explicit_edge_set
 from graphattn.producers.base import EdgeProducer, ProducerContext, check_positive_int
@@ -73,7 +73,7 @@ class KNNEdges(EdgeProducer):
                     how_to_lower="lower k", device=dev)
         srcs, dsts = [], []
         pos = pos.detach()
-        for graphs, n_b in size_classes(sizes) if k > 0 else ():
+        for graphs, n_b in padding_classes(sizes, dev, B * n_max * n_max) if k > 0 else ():
             # the graphs of one size class, padded to the class's largest (not the batch's)
             g = torch.tensor(graphs, dtype=torch.long).to(dev)
             start = ptr[:-1][g]

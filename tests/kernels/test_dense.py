@@ -58,3 +58,45 @@ def test_padding_per_size_class_matches_padding_to_the_largest_graph(per_head, f
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
     if source_mask is not None:
         assert torch.equal(out_c[ptr[1]:ptr[2]], torch.zeros_like(out_c[ptr[1]:ptr[2]]))
+
+
+def test_padding_classes_pad_to_the_largest_graph_on_cuda_within_the_cap():
+    """On the CPU the size classes; on CUDA one class of every non-empty graph padded to the
+    largest while the padded work stays under the cap, and the size classes above it. Only the
+    device's type is read, so this runs without a GPU."""
+    sizes = [5, 0, 60, 1, 7, 59, 6]
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert dense.padding_classes(sizes, cpu, 10) == dense.size_classes(sizes)
+    assert dense.padding_classes(sizes, cuda, 10) == [([0, 2, 3, 4, 5, 6], 60)]
+    assert dense.padding_classes(sizes, cuda, dense.CUDA_PAD_PAIRS + 1) == dense.size_classes(sizes)
+    assert dense.padding_classes([0, 0], cuda, 0) == []
+
+
+def test_one_padded_class_matches_the_size_classes(monkeypatch):
+    """The CUDA plan (every graph padded to the largest, one SDPA call) computes the same
+    attention and gradients as the CPU's size classes (float64, ragged sizes, masked slots)."""
+    g = torch.Generator().manual_seed(1)
+    sizes = [1, 60, 3, 0, 17, 58, 2, 31, 5, 40]
+    B, H, C, kk = len(sizes), 2, 4, 6
+    N = sum(sizes)
+    ptr = torch.tensor([0, *torch.tensor(sizes).cumsum(0).tolist()])
+    batch = torch.repeat_interleave(torch.arange(B), torch.tensor(sizes))
+    q, k, v = (torch.randn(N, H, C, dtype=torch.float64, generator=g).requires_grad_()
+               for _ in range(3))
+    n = torch.tensor(sizes).clamp(min=1)[:, None, None]
+    sources = ptr[:-1][:, None, None] + torch.randint(0, 1 << 20, (B, 1, kk), generator=g) % n
+    sources = torch.where(torch.tensor(sizes)[:, None, None] > 0, sources, 0)
+    source_mask = torch.rand(B, 1, kk, generator=g) > 0.3
+
+    def run():
+        out = shared_source_attention(q, k, v, sources, ptr, batch, source_mask=source_mask)
+        return out, torch.autograd.grad(out.square().sum(), (q, k, v))
+
+    out_c, grads_c = run()
+    real = dense.padding_classes
+    monkeypatch.setattr(dense, "padding_classes",
+                        lambda sizes, device, pairs: real(sizes, torch.device("cuda"), pairs))
+    out_1, grads_1 = run()
+    torch.testing.assert_close(out_1, out_c, rtol=1e-12, atol=1e-12)
+    for a, b in zip(grads_1, grads_c, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)

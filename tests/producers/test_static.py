@@ -349,3 +349,18 @@ def test_knn_pads_each_size_class_to_its_own_largest_graph():
         k_i = int(torch.isfinite(d[i]).sum().clamp(max=4))
         expected = set(torch.topk(d[i], k_i, largest=False).indices.tolist())
         assert set(src[dst == i].tolist()) == expected
+
+
+def test_knn_one_padded_class_gives_the_same_edges(monkeypatch):
+    """The CUDA plan (every graph padded to the batch's largest) yields exactly the edges of the
+    CPU's size classes."""
+    from graphattn.kernels import dense
+
+    from graphattn.producers import knn
+
+    batch = make_batch([5, 60, 1, 7, 59, 6, 2, 30, 33, 1])
+    classes = produce(KNNEdges(4), batch).edge_index
+    real = dense.padding_classes
+    monkeypatch.setattr(knn, "padding_classes",
+                        lambda sizes, device, pairs: real(sizes, torch.device("cuda"), pairs))
+    assert torch.equal(produce(KNNEdges(4), batch).edge_index, classes)
