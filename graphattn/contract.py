@@ -23,7 +23,7 @@ import torch
 from torch import Tensor, nn
 
 from graphattn.checks import check_positive_int
-from graphattn.edgeset import EdgeSet, ptr_from_batch
+from graphattn.edgeset import EdgeSet, ptr_from_batch, tensor_version
 
 
 class ProducerContext:
@@ -125,7 +125,7 @@ class ProducerContext:
         """``[B + 1]`` CSR pointer of the graphs; requires a sorted ``batch`` (as in PyG ``Batch``)."""
         if "ptr" not in self._cache:
             # within a model's forward pass the layers share it (the same batch tensor)
-            key = ("ptr", self.num_graphs, id(self.batch), self.batch._version)
+            key = ("ptr", self.num_graphs, id(self.batch), tensor_version(self.batch))
             shared = None if self.edge_cache is None else self.edge_cache.get(key)
             if shared is None:
                 if not self.is_sorted:

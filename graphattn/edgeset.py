@@ -737,10 +737,24 @@ class EdgeSet(BaseEdgeSet):
         return f"{type(self).__name__}({', '.join(parts)})"
 
 
+def tensor_version(t: Tensor) -> int | None:
+    """The in-place version counter of ``t``, or ``None`` for a tensor made under
+    :func:`torch.inference_mode` (such tensors keep no counter: reading it raises). Cache keys
+    holding ``None`` are never reused across calls (see :func:`cacheable`)."""
+    return None if t.is_inference() else t._version
+
+
+def cacheable(*tensors: Tensor | None) -> bool:
+    """Whether results derived from these tensors may be cached across calls: not when one is an
+    inference tensor, whose in-place changes no version counter records."""
+    return not any(t is not None and t.is_inference() for t in tensors)
+
+
 def _tensor_ids(*tensors: Tensor | None) -> tuple[Any, ...]:
     """Identity and version of each tensor (``None`` stays ``None``): a cache key that changes when
-    a tensor is replaced or modified in place."""
-    return tuple(None if t is None else (id(t), t._version) for t in tensors)
+    a tensor is replaced or modified in place (an inference tensor's version is ``None``: within one
+    forward pass, where these keys live, it is not modified)."""
+    return tuple(None if t is None else (id(t), tensor_version(t)) for t in tensors)
 
 
 def first_occurrences(key: Tensor) -> Tensor:

@@ -44,7 +44,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from graphattn.edgeset import ptr_from_counts, sort_rows
+from graphattn.edgeset import cacheable, ptr_from_counts, sort_rows, tensor_version
 
 from .cpu_extension import cpu_extension_error, cpu_ops
 
@@ -191,11 +191,13 @@ _TENSOR_CACHE_SIZE = 8
 def _identity(t: Tensor | None) -> tuple | None:
     if t is None:
         return None
-    return (id(t), t._version, t.data_ptr(), tuple(t.shape), str(t.device))
+    return (id(t), tensor_version(t), t.data_ptr(), tuple(t.shape), str(t.device))
 
 
 def _cached_by_tensor(es: Any, num_targets: int, num_sources: int) -> FusedGraph:
     ei, head = es.edge_index, es.head
+    if not cacheable(ei, head):  # inference tensors: no version counter, no cross-call cache
+        return build_graph(ei, num_targets, num_sources, head=head, num_heads=es.num_heads)
     key = (_identity(ei), _identity(head), num_targets, num_sources, es.num_heads)
     hit = _TENSOR_CACHE.get(key)
     if hit is not None and hit[0]() is ei and (head is None or hit[1]() is head):

@@ -289,3 +289,26 @@ def test_fused_graph_layout_stays_on_the_device(device):
         graph = prepare_graph(es, 4, 4)
         assert on(device, graph.rowptr, graph.col, graph.eid, *graph.csc())
         assert graph.rowptr.dtype == graph.col.dtype == torch.int32
+
+
+@pytest.mark.parametrize("name", [n for n, c in CASES.items() if c["on_cpu"]] + list(NODE_CASES))
+def test_evaluation_under_inference_mode(name):
+    """Every producer and model evaluates under :func:`torch.inference_mode` (whose tensors keep no
+    in-place version counter, which the edge-set and layout caches read) exactly as under
+    :func:`torch.no_grad`, twice in a row (the second call must not reuse a cache keyed by a
+    counter that inference tensors lack), and with the batch itself made under inference mode."""
+    model = build_node_model(name) if name in NODE_CASES else build(name)
+    data = data_batch()
+    gen = (lambda: torch.Generator().manual_seed(5)) if CASES.get(name, {}).get("eval_generator") \
+        else (lambda: None)
+    model(data)  # lazy parameters
+    model.eval()
+    with torch.no_grad():
+        expected = model(data, generator=gen())
+    with torch.inference_mode():
+        first = model(data, generator=gen())
+        second = model(data, generator=gen())
+        inference_data = data_batch().clone()
+        third = model(inference_data, generator=gen())
+    for out in (first, second, third):
+        torch.testing.assert_close(out, expected, rtol=1e-6, atol=1e-6)
