@@ -228,8 +228,13 @@ def _node_tables(Y: Tensor, lptr: Tensor, batch: Tensor, with_guide: bool) -> _N
     Nb, R = Y.size(0), Y.shape[1] * Y.shape[2]
     Gb = lptr.numel() - 1
     dev = Y.device
-    sizes = graph_sizes(lptr)
     Yf = Y.reshape(Nb, R).to(torch.float64)
+    ops = _native_sampler_ops(Y)
+    if ops is not None:  # one compiled pass per column, the same float64 operations
+        keys, guide_t, base = ops.sbm_node_tables(Yf.T.contiguous(), lptr.contiguous(), with_guide)
+        col_offset = torch.arange(R, device=dev, dtype=torch.float64) * (Gb + 1)
+        return _NodeTables(keys, guide_t if with_guide else None, base, col_offset)
+    sizes = graph_sizes(lptr)
     mass = Yf.new_zeros(Gb, R).index_add_(0, batch, Yf)
     empty = mass <= 0
     inv = 1.0 / torch.where(empty, torch.ones_like(mass), mass)
@@ -292,6 +297,20 @@ def _graph_blocks(ptr: Tensor, heads: int, k: int, max_table: int) -> list[tuple
     return list(zip([0, *ends[:-1]], ends, strict=True))
 
 
+#: use the compiled loops of the samplers (fastRG's per-edge draws, Bernoulli's per-pair uniforms)
+#: on the CPU when the extension is available (``False`` forces the torch paths: the same edges)
+NATIVE_SAMPLERS = True
+
+
+def _native_sampler_ops(Y: Tensor) -> Any | None:
+    if not NATIVE_SAMPLERS or Y.device.type != "cpu":
+        return None
+    from graphattn.kernels.cpu_extension import cpu_ops
+
+    ops = cpu_ops(warn=False)
+    return ops if ops is not None and hasattr(ops, "sbm_node_tables") else None
+
+
 def _fastrg_block(Y: Tensor, B: Tensor, Z: Tensor, ptr: Tensor, ga: int, gb: int, counts: Tensor,
                   row_keys: Tensor, chunk_size: int, guide: bool | None) -> list[SampledEdges]:
     """The SBM draws of graphs ``ga .. gb - 1``; ``counts [(gb - ga) H k]`` edges per (graph, head,
@@ -334,6 +353,19 @@ def _fastrg_block(Y: Tensor, B: Tensor, Z: Tensor, ptr: Tensor, ga: int, gb: int
         "key": row_keys,
     }
     parts = []
+    ops = _native_sampler_ops(Y)
+    if ops is not None:  # the compiled per-edge loop: the same edges as below, in one pass
+        none = torch.empty(0, dtype=torch.long)
+        row_args = (row_keys.contiguous(), tables["h"], first_row, tables["n"], tables["base"],
+                    tables["i_start"], tables["i_off"].contiguous(), v_keys,
+                    none if v_guide is None else v_guide, yt.keys,
+                    none if yt.guide is None else yt.guide, zt.keys,
+                    none if zt.guide is None else zt.guide, zt.col_offset)
+        for rsel, cnt, offset in _chunks(counts, chunk_size):
+            i, j, h = ops.sbm_fastrg_draws(rsel.contiguous(), cnt.contiguous(), offset.contiguous(),
+                                           *row_args, k, Nb, n0)
+            parts.append(SampledEdges(i, j, h, torch.full_like(i, SAMPLED)))
+        return parts
     for rsel, cnt, offset in _chunks(counts, chunk_size):
         E = int(cnt.sum())
         e = {name: torch.repeat_interleave(t[rsel], cnt, output_size=E) for name, t in tables.items()}
@@ -497,6 +529,7 @@ def bernoulli_sample(
     key_ok = torch.arange(n_max, device=dev)[None, :] < n[:, None]  # [G, n_max]
     rows_per_block = max(1, max_elements // max(G * H * n_max, 1))
     parts: list[SampledEdges] = []
+    ops = _native_sampler_ops(Y) if Y.dtype in (torch.float32, torch.float64) else None
     for a in range(0, n_max, rows_per_block):
         b = min(a + rows_per_block, n_max)
         prob = torch.matmul(Yp[:, :, a:b], Wt).add_(delta).clamp_(0.0, 1.0)  # [G, H, b-a, n_max]
@@ -504,8 +537,11 @@ def bernoulli_sample(
             ok = key_ok[:, None, None, :] & key_ok[:, None, a:b, None]
             prob.masked_fill_(~ok, 0.0)
         expected += prob.sum((-1, -2)).to(torch.float64)
-        u = KeyedRows(pair_keys[..., None]).uniform(torch.arange(a, b, device=dev)[:, None], cols)
-        hit = u < prob  # compared in float64
+        if ops is not None:  # the compiled loop: the same uniforms and comparisons, one pass
+            hit = ops.sbm_bernoulli_hits(prob.contiguous(), pair_keys.reshape(-1).contiguous(), a)
+        else:
+            u = KeyedRows(pair_keys[..., None]).uniform(torch.arange(a, b, device=dev)[:, None], cols)
+            hit = u < prob  # compared in float64
         g, h, il, jl = hit.nonzero(as_tuple=True)
         i, j = ptr[g] + il + a, ptr[g] + jl
         parts.append(SampledEdges(i, j, h, torch.full_like(i, SAMPLED)))
