@@ -76,6 +76,7 @@ class ExpanderEdges(EdgeProducer):
         return ("expander", self.degree, self.seed)
 
     def produce(self, ctx: ProducerContext) -> EdgeSet:
+        _ = ctx.ptr  # the graphs must be contiguous (a sorted batch): raises a clear error if not
         counts = ctx.counts.tolist()
         self._check_memory(ctx, counts)
         parts = []
