@@ -1,11 +1,12 @@
-// graphattn: the SBM samplers' per-edge (fastRG) and per-pair (Bernoulli) draws, in one pass each
-// (graphattn/producers/sbm_sampling.py).
+// graphattn: the SBM samplers' tables and draws compiled for the CPU: fastRG's inverse-CDF tables
+// and per-edge draws, the Bernoulli sampler's per-pair uniforms (graphattn/producers/sbm_sampling.py).
 //
 // The torch path expands every per-row value to the edges (repeat_interleave), hashes the keyed
 // uniforms with int64 arithmetic (MurmurHash3's finaliser, 32-bit products split in halves) and
 // inverts three CDFs with a guide table and a vectorised walk: dozens of passes over the edges. Here
-// one loop does all of it per edge, with the same integers and the same float64 operations, so its
-// edges are the torch path's, bit for bit, on any number of threads:
+// two loops do it per edge (the second visits the edges grouped by key column, so that each column's
+// table is walked at once), with the same integers and the same float64 operations, so the edges are
+// the torch path's, bit for bit and in the same order, on any number of threads:
 //
 //   h      = mix32(key_r ^ d)                     d: the draw's number within its row
 //   u_w    = (mix32(h ^ w) + 1/2) / 2^32           w = 0, 1, 2
