@@ -44,7 +44,7 @@ from torch_geometric.utils import spmm
 
 from graphattn.checks import check_dtype, check_positive_int, check_rate
 from graphattn.contract import ProducerContext
-from graphattn.edgeset import EdgeSet, cacheable, check_graph_inputs, tensor_version
+from graphattn.edgeset import EdgeSet, cacheable, check_graph_inputs
 from graphattn.nn.dropout import Dropout
 from graphattn.nn.model import check_unused_args
 from graphattn.nn.registry import register_model
@@ -297,10 +297,9 @@ class RandomPropagation(nn.Module):
         sparse copy of ``x`` when the first layer is applied before propagating and at most
         :data:`SPARSE_DENSITY` of its entries are non-zero (bag-of-words features), else ``None``."""
         edge_index, batch = getattr(data, "edge_index", None), getattr(data, "batch", None)
-        tensors = [t for t in (x, edge_index, batch) if isinstance(t, Tensor)]
-        key = tuple(None if not isinstance(t, Tensor)
-                    else (t.data_ptr(), tensor_version(t), tuple(t.shape), t.dtype, t.device)
-                    for t in (x, edge_index, batch)) if cacheable(*tensors) else None
+        inputs = [t if isinstance(t, Tensor) else None for t in (x, edge_index, batch)]
+        key = tuple(None if t is None else (t.data_ptr(), t._version, tuple(t.shape), t.dtype, t.device)
+                    for t in inputs) if cacheable(*inputs) else None
         if key is not None and self._memo_key == key:
             return self._memo
         check_graph_inputs(edge_index, x.size(0), batch, finite={"data.x": x})
@@ -315,7 +314,7 @@ class RandomPropagation(nn.Module):
         samples): the key is the input, the weight's version (the optimizer's in-place update
         changes it) and the grad mode, so a new step or an evaluation computes it afresh; a backward
         pass through it also clears it (its graph is freed then)."""
-        key = (self._memo_key, weight.data_ptr(), tensor_version(weight), torch.is_grad_enabled()) \
+        key = (self._memo_key, weight.data_ptr(), weight._version, torch.is_grad_enabled()) \
             if self._memo_key is not None and cacheable(weight) else None
         if key is not None and self._xw_key == key and self._xw is not None:
             return self._xw
@@ -335,10 +334,9 @@ class RandomPropagation(nn.Module):
         passes and steps of a node task build them once."""
         static = self.producer.static_key(ctx)
         key = None
-        values = [v for k in sorted(data.keys()) if isinstance(v := data[k], Tensor)]
-        if static is not None and cacheable(*values):
-            tensors = tuple((k, v.data_ptr(), v._version, tuple(v.shape), v.device)
-                            for k in sorted(data.keys()) if isinstance(v := data[k], Tensor))
+        items = [(k, v) for k in sorted(data.keys()) if isinstance(v := data[k], Tensor)]
+        if static is not None and cacheable(*(v for _, v in items)):
+            tensors = tuple((k, v.data_ptr(), v._version, tuple(v.shape), v.device) for k, v in items)
             key = (static, ctx.num_nodes, ctx.x.dtype, tensors)
             if self._edge_key == key and self._edge_value is not None:
                 return self._edge_value

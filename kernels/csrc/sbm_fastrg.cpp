@@ -21,6 +21,15 @@
 // walking forward, without one a binary search over all keys (torch.searchsorted(right=True))
 // clamped to the segment.
 
+// No floating-point contraction in this file: a fused multiply-add (allowed by default for C++ on
+// some compilers) would round differently from torch's separate product and sum, and the tables
+// must equal the torch path's bit for bit.
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
@@ -224,7 +233,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> node_tables(const at::Tensor& Yt,
         const bool empty = mass <= 0.0;
         const double inv = empty ? 1.0 / static_cast<double>(std::max<int64_t>(b - a, 1)) : 1.0 / mass;
         for (int64_t m = a; m < b; ++m) {
-          running += (empty ? 1.0 : yr[m]) * inv;
+          const double term = (empty ? 1.0 : yr[m]) * inv;  // rounded, then summed (torch's order)
+          running += term;
           kr[m] = running;
         }
       }

@@ -9,15 +9,19 @@ from graphattn.kernels import dense
 from graphattn.kernels.dense import shared_source_attention
 
 
+def _ragged(sizes):
+    """``(N, ptr, batch)`` of a batch of graphs of these sizes."""
+    ptr = torch.tensor([0, *torch.tensor(sizes).cumsum(0).tolist()])
+    return sum(sizes), ptr, torch.repeat_interleave(torch.arange(len(sizes)), torch.tensor(sizes))
+
+
 @pytest.mark.parametrize("per_head", [False, True])
 @pytest.mark.parametrize("fields", ["none", "mask", "mask_bias"])
 def test_padding_per_size_class_matches_padding_to_the_largest_graph(per_head, fields, monkeypatch):
     g = torch.Generator().manual_seed(0)
     sizes = [1, 60, 3, 0, 17, 58, 2, 31, 5, 40]
     B, H, C, kk = len(sizes), 4, 6, 5
-    N = sum(sizes)
-    ptr = torch.tensor([0, *torch.tensor(sizes).cumsum(0).tolist()])
-    batch = torch.repeat_interleave(torch.arange(B), torch.tensor(sizes))
+    N, ptr, batch = _ragged(sizes)
     q = torch.randn(N, H, C, dtype=torch.float64, generator=g).requires_grad_()
     k = torch.randn(N, H, C, dtype=torch.float64, generator=g).requires_grad_()
     v = torch.randn(N, H, C, dtype=torch.float64, generator=g).requires_grad_()
@@ -78,9 +82,7 @@ def test_one_padded_class_matches_the_size_classes(monkeypatch):
     g = torch.Generator().manual_seed(1)
     sizes = [1, 60, 3, 0, 17, 58, 2, 31, 5, 40]
     B, H, C, kk = len(sizes), 2, 4, 6
-    N = sum(sizes)
-    ptr = torch.tensor([0, *torch.tensor(sizes).cumsum(0).tolist()])
-    batch = torch.repeat_interleave(torch.arange(B), torch.tensor(sizes))
+    N, ptr, batch = _ragged(sizes)
     q, k, v = (torch.randn(N, H, C, dtype=torch.float64, generator=g).requires_grad_()
                for _ in range(3))
     n = torch.tensor(sizes).clamp(min=1)[:, None, None]
@@ -92,11 +94,17 @@ def test_one_padded_class_matches_the_size_classes(monkeypatch):
         out = shared_source_attention(q, k, v, sources, ptr, batch, source_mask=source_mask)
         return out, torch.autograd.grad(out.square().sum(), (q, k, v))
 
+    calls = []
+    original = dense._sdpa_by_size_class
+    monkeypatch.setattr(dense, "_sdpa_by_size_class",
+                        lambda *a, **kw: calls.append(1) or original(*a, **kw))
     out_c, grads_c = run()
+    assert calls == [1]  # the CPU plan: per size class
     real = dense.padding_classes
     monkeypatch.setattr(dense, "padding_classes",
                         lambda sizes, device, pairs: real(sizes, torch.device("cuda"), pairs))
     out_1, grads_1 = run()
+    assert calls == [1]  # the CUDA plan: one padded call, not the size classes
     torch.testing.assert_close(out_1, out_c, rtol=1e-12, atol=1e-12)
     for a, b in zip(grads_1, grads_c, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)

@@ -173,6 +173,43 @@ def test_fastrg_multiplicities_match_lambda(delta, options):
     assert stat < chi2.ppf(1 - 1e-4, df=lam.numel())
 
 
+#: ragged graphs for the compiled-vs-torch tests: an empty graph and a single node included
+RAGGED = [7, 0, 1, 12, 30, 5, 19]
+
+
+def _native_ops_or_skip():
+    from graphattn.producers import sbm_sampling
+
+    if sbm_sampling._native_sampler_ops(torch.zeros(1)) is None:
+        pytest.skip("the CPU extension is unavailable")
+    return sbm_sampling
+
+
+def _ragged_sbm(seed, H, k, dtype, b_scale=1.0):
+    """``(Y, B, Z)`` on the graphs of :data:`RAGGED`; column 1 of Y has no mass in graph 3."""
+    g = torch.Generator().manual_seed(seed)
+    N = sum(RAGGED)
+    Y = torch.rand(N, H, k, generator=g, dtype=dtype)
+    Z = torch.rand(N, H, k, generator=g, dtype=dtype)
+    Y[8:20, 1] = 0.0  # a column without mass in a graph: uniform, never drawn
+    B = torch.softmax(torch.randn(H, k * k, generator=g, dtype=dtype), -1).view(H, k, k) * b_scale
+    return Y, B, Z
+
+
+def _assert_same_draws(draw, sbm_sampling, monkeypatch, least_edges):
+    """``draw()`` with the compiled loops and with the torch path: the same edges in the same order
+    and the same expected counts. Every float operation on the way (products, sequential sums,
+    ``ceil``, comparisons) is a correctly rounded IEEE operation in both, none contracted or
+    reordered, so the integer edges agree exactly on any x86-64 CPU."""
+    native, expected_native = draw()
+    monkeypatch.setattr(sbm_sampling, "NATIVE_SAMPLERS", False)
+    reference, expected_ref = draw()
+    assert native.num_edges > least_edges
+    for name in ("query", "key", "head", "kind"):
+        assert torch.equal(getattr(native, name), getattr(reference, name)), name
+    assert torch.equal(expected_native, expected_ref)
+
+
 @pytest.mark.parametrize("options", [
     {},
     {"guide": False},
@@ -181,33 +218,14 @@ def test_fastrg_multiplicities_match_lambda(delta, options):
 ])
 @pytest.mark.parametrize("dtype", [torch.float32, f64])
 def test_compiled_fastrg_draws_equal_the_torch_path(options, dtype, monkeypatch):
-    """The compiled per-edge loop (``sbm_fastrg_draws``, the CPU extension) gives exactly the torch
-    path's edges, in the same order: the same keyed uniforms and table searches, with and without
-    guide tables, over several graph blocks and edge chunks (rows split across chunks), ragged
-    graphs (an empty one and a single node included), exploration draws on top."""
-    from graphattn.producers import sbm_sampling
-
-    if sbm_sampling._native_sampler_ops(torch.zeros(1)) is None:
-        pytest.skip("the CPU extension is unavailable")
-    sizes = [7, 0, 1, 12, 30, 5, 19]
-    g = torch.Generator().manual_seed(11)
-    N, H, k = sum(sizes), 3, 4
-    Y = torch.rand(N, H, k, generator=g, dtype=dtype)
-    Z = torch.rand(N, H, k, generator=g, dtype=dtype)
-    Y[3:5, 1] = 0.0  # a column without mass in a graph: uniform, never drawn
-    B = torch.softmax(torch.randn(H, k * k, generator=g, dtype=dtype), -1).view(H, k, k) * 4.0
-
-    def draw():
-        return fastrg_sample(Y, B, Z, ptr_of(sizes), delta=0.01,
-                             generator=torch.Generator().manual_seed(5), **options)
-
-    native, expected_native = draw()
-    monkeypatch.setattr(sbm_sampling, "NATIVE_SAMPLERS", False)
-    reference, expected_ref = draw()
-    assert native.num_edges > 100
-    for name in ("query", "key", "head", "kind"):
-        assert torch.equal(getattr(native, name), getattr(reference, name)), name
-    assert torch.equal(expected_native, expected_ref)
+    """The compiled fastRG (``sbm_node_tables``, ``sbm_fastrg_draws``) gives exactly the torch
+    path's edges, in the same order: with and without guide tables, over several graph blocks and
+    edge chunks (rows split across chunks), ragged graphs, exploration draws on top."""
+    sbm_sampling = _native_ops_or_skip()
+    Y, B, Z = _ragged_sbm(11, 3, 4, dtype, b_scale=4.0)
+    _assert_same_draws(lambda: fastrg_sample(Y, B, Z, ptr_of(RAGGED), delta=0.01,
+                                             generator=torch.Generator().manual_seed(5), **options),
+                       sbm_sampling, monkeypatch, least_edges=100)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, f64])
@@ -216,43 +234,21 @@ def test_compiled_bernoulli_hits_equal_the_torch_path(dtype, max_elements, monke
     """The compiled per-pair loop (``sbm_bernoulli_hits``) gives exactly the torch path's edges:
     the same keyed uniforms, compared with the same probabilities in float64, over ragged graphs
     (padding), several heads, blocks of query rows and exploration ``delta``."""
-    from graphattn.producers import sbm_sampling
-
-    if sbm_sampling._native_sampler_ops(torch.zeros(1)) is None:
-        pytest.skip("the CPU extension is unavailable")
-    sizes = [7, 0, 1, 12, 30, 5, 19]
-    g = torch.Generator().manual_seed(12)
-    N, H, k = sum(sizes), 2, 3
-    Y = torch.rand(N, H, k, generator=g, dtype=dtype)
-    Z = torch.rand(N, H, k, generator=g, dtype=dtype)
-    B = torch.softmax(torch.randn(H, k * k, generator=g, dtype=dtype), -1).view(H, k, k)
-
-    def draw():
-        return bernoulli_sample(Y, B, Z, ptr_of(sizes), delta=0.01, max_elements=max_elements,
-                                generator=torch.Generator().manual_seed(6))
-
-    native, expected_native = draw()
-    monkeypatch.setattr(sbm_sampling, "NATIVE_SAMPLERS", False)
-    reference, expected_ref = draw()
-    assert native.num_edges > 50
-    for name in ("query", "key", "head", "kind"):
-        assert torch.equal(getattr(native, name), getattr(reference, name)), name
-    assert torch.equal(expected_native, expected_ref)
+    sbm_sampling = _native_ops_or_skip()
+    Y, B, Z = _ragged_sbm(12, 2, 3, dtype)
+    _assert_same_draws(lambda: bernoulli_sample(Y, B, Z, ptr_of(RAGGED), delta=0.01,
+                                                max_elements=max_elements,
+                                                generator=torch.Generator().manual_seed(6)),
+                       sbm_sampling, monkeypatch, least_edges=50)
 
 
 @pytest.mark.parametrize("with_guide", [False, True])
 def test_compiled_node_tables_equal_the_torch_path(with_guide, monkeypatch):
     """The compiled inverse-CDF tables (``sbm_node_tables``): keys, guide and graph bases equal the
     torch path's exactly (ragged graphs, an empty one, a column without mass in a graph)."""
-    from graphattn.producers import sbm_sampling
-
-    if sbm_sampling._native_sampler_ops(torch.zeros(1)) is None:
-        pytest.skip("the CPU extension is unavailable")
-    sizes = [7, 0, 1, 12, 30, 5, 19]
-    g = torch.Generator().manual_seed(13)
-    Y = torch.rand(sum(sizes), 3, 4, generator=g)
-    Y[8:20, 1, 2] = 0.0  # no mass in graph 3 (nodes 8..19) for this column
-    lptr = ptr_of(sizes)
+    sbm_sampling = _native_ops_or_skip()
+    Y, _, _ = _ragged_sbm(13, 3, 4, torch.float32)
+    lptr = ptr_of(RAGGED)
     batch = sbm_sampling.graph_of_nodes(lptr)
     native = sbm_sampling._node_tables(Y, lptr, batch, with_guide)
     monkeypatch.setattr(sbm_sampling, "NATIVE_SAMPLERS", False)
