@@ -127,17 +127,21 @@ def test_src_equals_python_lexsort_with_ties_and_any_batch(sizes, C, levels, see
     if shuffle and not torch.equal(batch, batch.sort().values):
         with pytest.raises(ValueError, match="sorted"):
             slice_sort_src(values, batch, desc, method="segmented")
-    else:  # both exact implementations, whatever the padding
+    else:  # the exact implementations, whatever the padding
         assert torch.equal(slice_sort_src(values, batch, desc, method="segmented"), src)
+        if _compiled_sort_available():
+            assert torch.equal(slice_sort_src(values, batch, desc, method="compiled"), src)
     if N:
         assert torch.equal(batch[src], batch[:, None].expand(N, C))  # S9: no cross-graph source
     assert torch.equal(slice_sort_src(values, batch, desc), src)  # deterministic
 
 
-@pytest.mark.parametrize("method", ["lexsort", "segmented"])
+@pytest.mark.parametrize("method", ["lexsort", "segmented", "compiled"])
 def test_infinite_values_and_signed_zeros_keep_the_stable_order(method):
     """Real ±inf values tie with the segmented path's +inf padding and still come first; -0.0 and
     +0.0 tie (node order)."""
+    if method == "compiled" and not _compiled_sort_available():
+        pytest.skip("the CPU extension is unavailable")
     inf = float("inf")
     batch = torch.tensor([0, 0, 0, 0, 1, 1, 1])
     values = torch.tensor([[inf, -inf], [0.0, 1.0], [-0.0, -inf], [inf, 0.0],
@@ -146,6 +150,86 @@ def test_infinite_values_and_signed_zeros_keep_the_stable_order(method):
                  torch.tensor([True, True])):
         src = slice_sort_src(values, batch, desc, method=method)
         assert torch.equal(src, oracle_src(values, batch, desc))
+
+
+def _compiled_sort_available() -> bool:
+    from graphattn.kernels.cpu_extension import cpu_ops
+
+    ops = cpu_ops(warn=False)
+    return ops is not None and hasattr(ops, "segmented_argsort")
+
+
+def torch_per_graph_argsort(key, sizes):
+    """``torch.argsort(stable=True)`` of every graph's rows, as global rows (the reference)."""
+    out, start = [], 0
+    for n in sizes:
+        out.append(torch.argsort(key[start:start + n], dim=0, stable=True) + start)
+        start += n
+    return torch.cat(out)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_compiled_sort_equals_torch_sort_on_long_graphs_with_ties(dtype):
+    """The radix sort (graphs of 96 rows and more) and the comparison sort (shorter ones) of the
+    compiled op give torch's stable permutation: many ties, signed zeros, ±inf, and NaN (after
+    +inf, in node order; the producer never sorts NaN, the op's order is still torch's)."""
+    if not _compiled_sort_available():
+        pytest.skip("the CPU extension is unavailable")
+    from graphattn.producers.sliceformer_ops import sort_src
+
+    g = torch.Generator().manual_seed(3)
+    for sizes in ([4096], [95, 96, 97, 0, 1, 700, 2, 383, 384]):
+        N, C = sum(sizes), 6
+        values = (torch.randn(N, C, generator=g) * 4).round().to(dtype)  # ~30 distinct values
+        values[:, 1] = torch.randn(N, generator=g, dtype=dtype)  # almost no ties
+        values[::5, 2], values[::3, 2] = -0.0, 0.0
+        values[::7, 3], values[::11, 3] = float("inf"), -float("inf")
+        values[::13, 4] = float("nan")
+        values[:, 5] = -values[:, 5].abs() - 1  # all negative
+        batch = batch_vector(sizes)
+        for desc in (False, True, torch.tensor([True, False, True, False, True, False])):
+            key = values.clone()
+            if isinstance(desc, torch.Tensor):
+                key[:, desc] = -key[:, desc]
+            elif desc:
+                key = -key
+            got = sort_src(values, batch, desc, method="compiled", single_graph=len(sizes) == 1,
+                           is_sorted=True)
+            assert torch.equal(got, torch_per_graph_argsort(key, sizes))
+
+
+def test_compiled_sort_arguments():
+    """``method="compiled"`` names what it needs; the op refuses malformed input."""
+    values = torch.randn(6, 2)
+    if _compiled_sort_available():
+        with pytest.raises(ValueError, match="sorted"):
+            slice_sort_src(values, torch.tensor([0, 1, 0, 1, 0, 1]), method="compiled")
+        from graphattn.kernels.cpu_extension import cpu_ops
+
+        ops = cpu_ops(warn=False)
+        with pytest.raises(RuntimeError, match="'ptr' must run from 0"):
+            ops.segmented_argsort(values, torch.tensor([0, 5]))
+        with pytest.raises(RuntimeError, match="non-decreasing"):
+            ops.segmented_argsort(values, torch.tensor([0, 4, 2, 6]))
+        with pytest.raises(RuntimeError, match="float32/float64"):
+            ops.segmented_argsort(values.half(), torch.tensor([0, 6]))
+    with pytest.raises(ValueError, match="method='compiled' needs float32/float64"):
+        slice_sort_src(values.bfloat16(), method="compiled")
+
+
+def test_torch_paths_without_the_compiled_sort(monkeypatch):
+    """With the compiled sort switched off, ``"auto"`` (torch's sorts) gives the same ``src``."""
+    from graphattn.producers import sliceformer_ops
+
+    g = torch.Generator().manual_seed(5)
+    batch = batch_vector([40, 3, 200, 0, 9])
+    values = torch.randn(batch.numel(), 3, generator=g).round()
+    desc = torch.tensor([True, False, True])
+    expected = oracle_src(values, batch, desc)
+    monkeypatch.setattr(sliceformer_ops, "NATIVE_SORT", False)
+    assert torch.equal(slice_sort_src(values, batch, desc), expected)
+    assert torch.equal(slice_sort_src(values[:40], None, desc), oracle_src(
+        values[:40], torch.zeros(40, dtype=torch.long), desc))
 
 
 # --------------------------------------------------------- S2: gather path == explicit path
