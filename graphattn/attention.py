@@ -14,6 +14,7 @@ from torch_geometric.utils import segment
 
 from graphattn import tracing as _trace
 from graphattn.checks import (
+    all_finite,
     check_channels,
     check_node_features,
     check_positive_int,
@@ -349,7 +350,7 @@ class EdgeAttention(MessagePassing):
         # inside a model's forward (inputs_checked) the data were checked once: no pass over x
         stats = [batch.min(), batch.max()]
         if not inputs_are_checked():
-            stats.append(torch.isfinite(x).all().long())
+            stats.append(all_finite(x).long())
         bmin, bmax, *finite = torch.stack(stats).tolist()
         if finite and not finite[0]:
             raise ValueError("'x' contains NaN or infinite values")

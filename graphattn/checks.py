@@ -13,6 +13,20 @@ import torch
 from torch import Tensor, nn
 
 
+def all_finite(t: Tensor) -> Tensor:
+    """A 0-d bool tensor on ``t``'s device (not read to the host): no NaN and no infinity in ``t``.
+
+    ``torch.isfinite(t).all()`` writes a mask as large as ``t`` first (~4 ns per element on one
+    CPU thread); the extremes are one reduction without a temporary, and since ``amin``/``amax``
+    propagate NaN, ``amin > -inf and amax < inf`` is false exactly when an entry is NaN or ±inf."""
+    if not t.numel() or not (t.is_floating_point() or t.is_complex()):
+        return torch.ones((), dtype=torch.bool, device=t.device)
+    if t.is_complex():
+        return torch.isfinite(t).all()
+    lo, hi = torch.aminmax(t.detach())
+    return (lo > -math.inf) & (hi < math.inf)
+
+
 def check_positive_int(name: str, value: Any, *, allow_zero: bool = False) -> int:
     """Validates a producer hyperparameter."""
     low = 0 if allow_zero else 1

@@ -22,8 +22,8 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
-from graphattn.checks import check_positive_int
-from graphattn.edgeset import EdgeSet, ptr_from_batch, tensor_version
+from graphattn.checks import all_finite, check_positive_int
+from graphattn.edgeset import EdgeSet, known_ptr, ptr_from_batch, tensor_version
 
 
 class ProducerContext:
@@ -83,7 +83,7 @@ class ProducerContext:
             # non-negative (they index per-graph tables) and below num_graphs
             stats = [batch.min(), batch.max()]
             if x.is_floating_point():
-                stats.append(torch.isfinite(x).all())
+                stats.append(all_finite(x))
             bmin, bmax, *finite = torch.stack([s.long() for s in stats]).tolist()
             if bmin < 0:
                 raise ValueError(f"'batch' must hold non-negative graph ids, got {bmin}")
@@ -131,7 +131,7 @@ class ProducerContext:
                 if not self.is_sorted:
                     raise ValueError("this producer needs 'batch' sorted by graph (as in a PyG "
                                      "Batch)")
-                shared = ptr_from_batch(self.batch, self.num_graphs)
+                shared = known_ptr(ptr_from_batch(self.batch, self.num_graphs))
                 if self.edge_cache is not None:
                     self.edge_cache[key] = shared
             self._cache["ptr"] = shared

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import functools
 import threading
+import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
@@ -48,6 +49,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 import torch
 from torch import Tensor
 
+from graphattn.checks import all_finite
 from graphattn.memory import check_edges
 from graphattn.origins import origin_code
 
@@ -114,7 +116,7 @@ def derived_edge_sets(fn: F) -> F:
 def _need_finite(name: str, value: Tensor) -> Tensor:
     if getattr(_DERIVED, "depth", 0):
         return value
-    if value.numel() and not bool(torch.isfinite(value).all()):
+    if value.numel() and not bool(all_finite(value)):
         raise ValueError(f"'{name}' contains NaN or infinite values")
     return value
 
@@ -744,6 +746,32 @@ def tensor_version(t: Tensor) -> int | None:
     return None if t.is_inference() else t._version
 
 
+#: graph pointers the library built from a sorted batch: id -> (weak reference, in-place version)
+_KNOWN_PTRS: dict[int, tuple[weakref.ref, int | None]] = {}
+
+
+def known_ptr(ptr: Tensor) -> Tensor:
+    """Marks ``ptr`` (built by the library from a sorted batch, e.g. :attr:`ProducerContext.ptr`)
+    as a valid graph pointer, so that an edge set built on this very tensor skips checking it
+    again (:func:`is_known_ptr`). The mark dies with the tensor and with any in-place change of it
+    (an inference tensor keeps no version counter: the mark is then that object's identity)."""
+    key = id(ptr)
+
+    def forget(ref: weakref.ref, key: int = key) -> None:
+        entry = _KNOWN_PTRS.get(key)
+        if entry is not None and entry[0] is ref:
+            _KNOWN_PTRS.pop(key, None)
+
+    _KNOWN_PTRS[key] = (weakref.ref(ptr, forget), tensor_version(ptr))
+    return ptr
+
+
+def is_known_ptr(ptr: Tensor) -> bool:
+    """Whether ``ptr`` is, unchanged, a pointer marked by :func:`known_ptr`."""
+    entry = _KNOWN_PTRS.get(id(ptr))
+    return entry is not None and entry[0]() is ptr and entry[1] == tensor_version(ptr)
+
+
 def cacheable(*tensors: Tensor | None) -> bool:
     """Whether results derived from these tensors may be cached across calls: not when one is an
     inference tensor, whose in-place changes no version counter records."""
@@ -943,7 +971,7 @@ def check_graph_inputs(
         if batch.numel() != num_nodes:
             raise ValueError(f"'batch' must have shape [{num_nodes}] (one graph id per node), "
                              f"got {_shape(batch)}")
-    checks = [(torch.isfinite(t).all(), f"'{name}' contains NaN or infinite values")
+    checks = [(all_finite(t), f"'{name}' contains NaN or infinite values")
               for name, t in (finite or {}).items()
               if isinstance(t, Tensor) and t.numel() and (t.is_floating_point() or t.is_complex())]
     if edge_index is None:  # on the device of what is checked (the flags are read together)

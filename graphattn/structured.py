@@ -39,6 +39,7 @@ from graphattn.edgeset import (
     _need_tensor,
     _shape,
     derived_edge_sets,
+    is_known_ptr,
 )
 from graphattn.kernels import gather_rows, permutation_gather, shared_source_attention
 from graphattn.memory import EDGE_BYTES, check_edges
@@ -245,7 +246,8 @@ class SharedSourceEdgeSet(StructuredEdgeSet):
         B, Hs, _ = sources.shape
         if ptr.numel() != B + 1:
             raise ValueError(f"'ptr' must have shape [{B + 1}] for {B} graphs, got {_shape(ptr)}")
-        if B and bool(torch.stack([ptr[0] != 0, (ptr[1:] < ptr[:-1]).any()]).any()):  # one read
+        if B and not is_known_ptr(ptr) and bool(  # one read; none for the context's pointer
+                torch.stack([ptr[0] != 0, (ptr[1:] < ptr[:-1]).any()]).any()):
             raise ValueError("'ptr' must start at 0 and be non-decreasing")
         if Hs not in (1, num_heads):
             raise ValueError(

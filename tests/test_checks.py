@@ -6,8 +6,9 @@ from __future__ import annotations
 import math
 
 import pytest
+import torch
 
-from graphattn.checks import check_number
+from graphattn.checks import all_finite, check_number
 
 
 @pytest.mark.parametrize("value", [0, -2, 1.5, 3])
@@ -31,3 +32,29 @@ def test_check_number_bounds():
     assert check_number("tau", 1e-9, minimum=0, strict=True) == 1e-9
     with pytest.raises(ValueError, match=r"> 0, got inf"):
         check_number("tau", math.inf, minimum=0, strict=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+def test_all_finite_equals_isfinite_all(dtype):
+    """One ``aminmax`` reduction flags exactly what ``torch.isfinite(t).all()`` flags: NaN (also
+    next to ±inf, whose extremes it would otherwise hide), +inf, -inf, in any position."""
+    g = torch.Generator().manual_seed(0)
+    base = torch.randn(37, 5, generator=g).to(dtype)
+    assert bool(all_finite(base))
+    for bad in ([math.nan], [math.inf], [-math.inf], [math.nan, math.inf], [-math.inf, math.nan]):
+        for pos in (0, 100, 184):
+            t = base.clone().view(-1)
+            for i, v in enumerate(bad):
+                t[(pos + i) % t.numel()] = v
+            assert not bool(all_finite(t.view(37, 5))), (bad, pos)
+            assert bool(all_finite(t.view(37, 5))) == bool(torch.isfinite(t).all())
+
+
+def test_all_finite_other_tensors():
+    assert bool(all_finite(torch.empty(0, 3)))
+    assert bool(all_finite(torch.arange(5)))  # integers are always finite
+    assert not bool(all_finite(torch.tensor([1 + 1j, complex(math.inf, 0)])))
+    assert bool(all_finite(torch.tensor(2.0)))
+    x = torch.randn(4, requires_grad=True)
+    out = all_finite(x)
+    assert out.dtype == torch.bool and out.shape == () and not out.requires_grad

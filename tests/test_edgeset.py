@@ -265,3 +265,30 @@ def test_union_marks_the_rows_it_fills_with_zero_features_and_selections_keep_th
     assert featured_rows(union_edge_sets([u, v], n)).tolist() == [0, 1, 2]
     # replacing the features drops the marks
     assert featured_rows(u.replace(edge_attr=torch.ones(6, 4))) is None
+
+
+def test_known_ptr_marks_the_context_pointer_only_while_unchanged():
+    """The context's graph pointer is marked (an edge set built on it skips re-checking it); the
+    mark belongs to that object, is lost by an in-place change, and never covers another tensor
+    with the same values; an unmarked malformed pointer is still refused."""
+    import gc
+
+    from graphattn import ProducerContext, SharedSourceEdgeSet
+    from graphattn.edgeset import _KNOWN_PTRS, is_known_ptr
+
+    batch = torch.tensor([0, 0, 1, 1, 1])
+    ctx = ProducerContext(torch.randn(5, 3), batch, num_heads=1)
+    ptr = ctx.ptr
+    assert torch.equal(ptr, torch.tensor([0, 2, 5])) and is_known_ptr(ptr)
+    assert not is_known_ptr(ptr.clone())
+    SharedSourceEdgeSet(torch.zeros(2, 1, 1, dtype=torch.long), ptr, num_heads=1)
+    ptr[1] = 4  # in place: the mark is gone, the check runs again
+    assert not is_known_ptr(ptr)
+    bad = ptr.clone()
+    bad[1] = 6
+    with pytest.raises(ValueError, match="non-decreasing"):
+        SharedSourceEdgeSet(torch.zeros(2, 1, 1, dtype=torch.long), bad, num_heads=1)
+    key = id(ptr)
+    del ctx, ptr
+    gc.collect()
+    assert key not in _KNOWN_PTRS  # the mark dies with the tensor

@@ -18,14 +18,18 @@ from graphattn.syncs import count_host_syncs, cpu_only
 PINNED = {
     "input": 8,
     "expander": 10,
-    "virtual": 19,
-    "union": 26,
+    "virtual": 15,
+    "union": 22,
+    "full": 18,
+    "samsa": 39,
 }
 SPECS = {
     "input": "input",
     "expander": "expander",
     "virtual": "virtual",
     "union": {"name": "union", "producers": ["input", {"name": "expander", "degree": 3}, "virtual"]},
+    "full": "full",
+    "samsa": {"name": "samsa", "k": 4},
 }
 
 

@@ -22,6 +22,7 @@ from torch import Tensor
 from torch_geometric.data import Data
 from torch_geometric.transforms import BaseTransform
 
+from graphattn.checks import all_finite
 from graphattn.memory import check_edges
 from graphattn.producers.base import check_positive_int
 from graphattn.producers.knn import KNNEdges
@@ -39,7 +40,7 @@ def _describe(value: Any) -> str:
 
 
 def _check_finite(name: str, value: Tensor) -> None:
-    if value.numel() and not bool(torch.isfinite(value).all()):
+    if value.numel() and not bool(all_finite(value)):
         raise ValueError(f"'{name}' contains NaN or infinite values")
 
 

@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from graphattn.checks import all_finite
 from graphattn.operators import UnitaryChainOperator
 from graphattn.producers._util import rand
 from graphattn.producers.base import (
@@ -296,7 +297,7 @@ class ConverterProducer(EdgeProducer):
         if x.size(1) != self.channels:
             raise ValueError(f"'x' must have channels={self.channels} columns, got {x.size(1)}")
         check_dtype("x", x, self, type(self).__name__)
-        if x.numel() and not bool(torch.isfinite(x).all()):
+        if x.numel() and not bool(all_finite(x)):
             raise ValueError("'x' contains NaN or infinite values (a reset cannot stop a NaN: "
                              "0 * NaN = NaN would leak across graphs)")
         ptr = ctx.ptr  # raises for an unsorted batch: the chain needs contiguous graphs

@@ -6,6 +6,7 @@ from collections.abc import Hashable
 
 import torch
 
+from graphattn.checks import all_finite
 from graphattn.edgeset import EdgeSet
 from graphattn.kernels.dense import padding_classes
 from graphattn.memory import check_edges
@@ -59,7 +60,7 @@ class KNNEdges(EdgeProducer):
         dev = ctx.device
         n_max = 0
         if B and N:  # one host read: the graph sizes, and positions free of NaN/inf
-            *sizes, finite = torch.cat([counts, torch.isfinite(pos).all().long()[None]]).tolist()
+            *sizes, finite = torch.cat([counts, all_finite(pos).long()[None]]).tolist()
             n_max = max(sizes)
             if not finite:
                 raise ValueError(f"'{self.attr}' contains NaN or infinite values (a node without a "

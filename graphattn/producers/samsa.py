@@ -281,8 +281,10 @@ class SAMSA(EdgeProducer):
         check_dtype(name, xs, self, "SAMSA")
         return xs
 
-    def select(self, ctx: ProducerContext) -> SamsaSelection:
-        """The top-:math:`k` and the competing :math:`k` candidates of every (graph, head)."""
+    def select(self, ctx: ProducerContext, competitors: bool = True) -> SamsaSelection:
+        """The top-:math:`k` and the competing :math:`k` candidates of every (graph, head); with
+        ``competitors=False`` the top-:math:`k` alone (``bottom`` empty: hard evaluation uses no
+        competitor, and a top-:math:`k` is cheaper than a top-:math:`2k`)."""
         if ctx.num_heads != self.num_heads:
             raise ValueError(f"SAMSA(num_heads={self.num_heads}) is used by a layer with "
                              f"{ctx.num_heads} heads")
@@ -301,13 +303,17 @@ class SAMSA(EdgeProducer):
         if noise is not None:
             s = s + noise[0]
             sz = sz + noise[1].transpose(1, 2)
-        real, real_valid = to_dense_batch(s, ctx.batch, fill_value=neg, max_num_nodes=n_max,
-                                          batch_size=B)  # [B, n_max, H], [B, n_max]
+        if N == B * n_max:  # graphs of one size (one sequence, fixed-length batches): no padding
+            real = s.view(B, n_max, H)
+            real_valid = torch.ones(B, n_max, dtype=torch.bool, device=s.device)
+        else:
+            real, real_valid = to_dense_batch(s, ctx.batch, fill_value=neg, max_num_nodes=n_max,
+                                              batch_size=B)  # [B, n_max, H], [B, n_max]
         pool = torch.cat([real.transpose(1, 2), sz], dim=2)  # [B, H, n_max + S]
         valid = torch.cat([real_valid, real_valid.new_ones(B, S)], 1)  # [B, P]
         P = n_max + S
         k = min(self.k, P)
-        m = min(2 * k, P)
+        m = min(2 * k if competitors else k, P)
         z, idx = pool.topk(m, dim=2)  # sorted, descending
         ok = valid[:, None, :].expand(B, H, P).gather(2, idx)
         cand = torch.where(
@@ -316,7 +322,7 @@ class SAMSA(EdgeProducer):
             N + torch.arange(H, device=ctx.device).view(1, H, 1) * S + (idx - n_max),
         )
         cand = torch.where(ok, cand, torch.full_like(cand, -1))
-        if m < 2 * k:  # fewer than 2k candidates in the pool: missing competitors
+        if competitors and m < 2 * k:  # fewer than 2k candidates in the pool: missing competitors
             pad = 2 * k - m
             z = torch.cat([z, z.new_full((B, H, pad), neg)], 2)
             cand = torch.cat([cand, cand.new_full((B, H, pad), -1)], 2)
@@ -334,7 +340,7 @@ class SAMSA(EdgeProducer):
         return torch.cat([x, sup, x.new_zeros(1, self.channels)])
 
     def produce(self, ctx: ProducerContext) -> EdgeSet:
-        sel = self.select(ctx)
+        sel = self.select(ctx, competitors=not self.hard or ctx.training)
         B, H, k = sel.top.shape
         N = ctx.num_nodes
         origin = torch.where(sel.top_is_support, origin_code("support"), origin_code("sampled"))
@@ -380,13 +386,14 @@ class SAMSA(EdgeProducer):
         )
 
     def _stats(self, ctx: ProducerContext, sel: SamsaSelection) -> dict[str, Any]:
-        counts = (ctx.ptr[1:] - ctx.ptr[:-1]).to(torch.float)
-        per_graph = sel.top_valid.sum((1, 2)).to(torch.float)  # sources per node, all heads
-        n = max(ctx.num_nodes, 1)
-        valid = sel.top_valid.sum().clamp(min=1)
+        counts = ctx.ptr[1:] - ctx.ptr[:-1]
+        per_graph = sel.top_valid.sum((1, 2))  # sources per node, all heads
+        edges, supports, valid = torch.stack([  # integers, read in one transfer
+            (counts * per_graph).sum(), (sel.top_is_support & sel.top_valid).sum(),
+            sel.top_valid.sum()]).tolist()
         return {
-            "edges_per_node": float((counts * per_graph).sum()) / n,
-            "support_fraction": float((sel.top_is_support & sel.top_valid).sum() / valid),
+            "edges_per_node": edges / max(ctx.num_nodes, 1),
+            "support_fraction": supports / max(valid, 1),
         }
 
     def extra_repr(self) -> str:

@@ -462,11 +462,21 @@ def test_t13_permutation_equivariance():
     torch.testing.assert_close(run(layer, prod, batch_p), out[perm], atol=1e-12, rtol=1e-10)
 
 
-def test_t14_topk_selection_is_argtopk_of_noisy_scores():
-    batch = make_batch([9, 2, 14], channels=F_IN, seed=14)
+@pytest.mark.parametrize("sizes", [[9, 2, 14], [7, 7, 7], [11]])
+def test_t14_topk_selection_is_argtopk_of_noisy_scores(sizes):
+    """Ragged batches (padded scores) and batches of one graph size (no padding: the scores are a
+    view), with and without the competitors (hard evaluation asks for the top-k alone)."""
+    batch = make_batch(sizes, channels=F_IN, seed=14)
     prod, _ = setup(k=4)
     node, sup = noise_for(batch, prod, seed=14)
     sel = select(prod, batch, noise=(node, sup), train=True)
+    ctx = ProducerContext(batch.x, batch.batch, num_heads=H, num_graphs=batch.num_graphs,
+                          data=batch, training=True)
+    with prod.fixed_noise(node, sup):
+        alone = prod.select(ctx, competitors=False)
+    assert alone.bottom.shape == (batch.num_graphs, H, 0)
+    for name in ("top", "top_valid", "z_top"):
+        assert torch.equal(getattr(alone, name), getattr(sel, name)), name
     N, S, k = batch.num_nodes, prod.num_support, prod.k
     with torch.no_grad():
         s = prod.score(batch.x) + node
