@@ -5,7 +5,8 @@ fast because it imports neither torch nor PyG):
 
 * ``run``  — train and evaluate (``graphattn.runner.cli``);
 * ``viz``  — draw the attention a trained model uses (``graphattn.viz.cli``);
-* ``table`` — a results table from finished runs (``graphattn.runner.table``).
+* ``table`` — a results table from finished runs (``graphattn.runner.table``);
+* ``league`` — every mechanism and baseline under one protocol (``graphattn.runner.league``).
 
 Errors are printed as one line (``graphattn run: error: ...``) with exit status 2; ``--debug``
 (before or after the sub-command) shows the full traceback instead.
@@ -26,6 +27,9 @@ SUBCOMMANDS = {
                                  "(HTML viewer or PNG/PDF/SVG figures)"),
     "table": ("graphattn.runner.table", "one results table (mean ± std over seeds, parameters, "
                                         "epochs, time, command) from finished run folders"),
+    "league": ("graphattn.runner.league", "the paper mechanisms and the static baselines under "
+                                          "one protocol per task: trains what is missing, writes "
+                                          "the league table"),
 }
 
 DESCRIPTION = ("graphattn: efficient attention on graphs, sequences, images and point clouds. "

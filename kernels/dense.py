@@ -187,10 +187,14 @@ def _sdpa_by_size_class(q: Tensor, kd: Tensor, vd: Tensor, attn_mask: Tensor | N
                         dropout: float, scale: float | None) -> Tensor:
     """Shared-source attention ``[N, H, C]`` with the queries of each size class padded to the
     class's largest graph: one SDPA call per class on ``[G, H, n_class, C]`` queries and the
-    class's ``[G, H, k, C]`` keys and values. Every index size is known on the host (no syncs)."""
+    class's ``[G, H, k, C]`` keys and values. Every index size is known on the host (no syncs).
+
+    The queries (and keys, values, mask) of all classes are gathered in one call each and split
+    per class: the backward is then one ``index_add`` into one zero tensor per input, not one
+    full-size zero tensor and one accumulation per class."""
     N, H, C = q.shape
     dev = q.device
-    parts, order = [], []
+    plans = []
     for graphs, n_c in classes:
         G = len(graphs)
         total = sum(sizes[g] for g in graphs)
@@ -198,15 +202,22 @@ def _sdpa_by_size_class(q: Tensor, kd: Tensor, vd: Tensor, attn_mask: Tensor | N
         cnt = torch.tensor([sizes[i] for i in graphs], dtype=torch.long).to(dev)
         gi = torch.repeat_interleave(torch.arange(G, device=dev), cnt, output_size=total)
         slot = torch.arange(total, device=dev) - (torch.cumsum(cnt, 0) - cnt)[gi]
-        nodes = ptr[:-1][g][gi] + slot
-        qd = q.new_zeros(G, n_c, H, C).index_put((gi, slot), gather_rows(q, nodes))
-        m = None if attn_mask is None else gather_rows(attn_mask, g)
-        out = F.scaled_dot_product_attention(qd.transpose(1, 2), gather_rows(kd, g),
-                                             gather_rows(vd, g), attn_mask=m, dropout_p=dropout,
-                                             scale=scale)  # [G, H, n_c, C]
+        plans.append((G, n_c, total, g, gi, slot, ptr[:-1][g][gi] + slot))
+    perm = torch.cat([p[6] for p in plans])  # a permutation of the N nodes, class by class
+    graph_ids = torch.cat([p[3] for p in plans])
+    per_class = [p[0] for p in plans]
+    q_parts = gather_rows(q, perm).split([p[2] for p in plans])
+    k_parts = gather_rows(kd, graph_ids).split(per_class)
+    v_parts = gather_rows(vd, graph_ids).split(per_class)
+    m_parts = (None,) * len(plans) if attn_mask is None else \
+        gather_rows(attn_mask, graph_ids).split(per_class)
+    parts = []
+    for (G, n_c, _total, _g, gi, slot, _nodes), qc, kc, vc, mc in zip(
+            plans, q_parts, k_parts, v_parts, m_parts, strict=True):
+        qd = q.new_zeros(G, n_c, H, C).index_put((gi, slot), qc)
+        out = F.scaled_dot_product_attention(qd.transpose(1, 2), kc, vc, attn_mask=mc,
+                                             dropout_p=dropout, scale=scale)  # [G, H, n_c, C]
         parts.append(out.transpose(1, 2)[gi, slot])
-        order.append(nodes)
-    perm = torch.cat(order)  # a permutation of the N nodes
     inverse = torch.empty_like(perm)
     inverse[perm] = torch.arange(N, device=dev)
     return gather_rows(torch.cat(parts), inverse)

@@ -1,0 +1,252 @@
+"""``graphattn league``: the five paper mechanisms and the static baselines under one protocol.
+
+Every entrant is the same hybrid model (:class:`~graphattn.GraphTransformer`) of a task's
+protocol with only its attention's edge set changed, trained for the same fixed number of epochs
+with the same seeds, data, split, metric and model selection (validation). Each (task, entrant)
+is one ``graphattn run`` folder, ``<out>/<task>/<entrant>``; a finished folder is reused
+(``--rerun`` trains it again) and an unfinished one is resumed, so the command can be stopped and
+started again. The league table (entrants × tasks, test metric mean ± sample std over the seeds,
+the paper's own number beside each mechanism) and the per-run table
+(:mod:`graphattn.runner.table`: parameters, epochs, time per seed and the command that reruns each
+run) are written from the run folders, never typed by hand.
+
+Protocols (:data:`PROTOCOLS`): the task defaults of :mod:`graphattn.runner.config` with
+
+* ``listops``: LRA's generator at LRA's lengths (500–2000 tokens), 1000 training, 200 validation
+  and 200 test sequences (LRA trains on 96k; this is what a CPU fits), 4 pre-norm layers of width
+  64, 4 heads, no local branch, 10 epochs;
+* ``fashion-mnist``: 4×4 patches (49 nodes + a CLS node), 5000 training and 1000 validation images
+  (the 10k test images), 3 pre-norm layers of width 64, 4 heads, no local branch, 6 epochs;
+* ``peptides-func``: the LRGB set-up (GINE branch, RWSE-16, 4 layers of width 96, cosine schedule
+  with warm-up, official split, macro AP) compressed to 40 epochs (2 warm-up);
+* ``cora``: the public Planetoid split with the GAT-shaped model of ``examples/configs/cora.toml``
+  (2 layers, 8 heads of 8, dropout 0.6) without its GCN branch, so the attention alone carries the
+  graph, 200 epochs.
+
+Entrants (:data:`ENTRANTS`): ``full``; ``window+global`` (a local window of 4 and the first node
+as a global token); ``bigbird`` (3 random sources + the same window + global); ``exphormer``
+(input edges + a 3-regular expander + a virtual node); the paper mechanisms ``samsa`` (k = 32),
+``sbm``, ``sliceformer``, ``sac`` and ``converter`` with the settings their docs describe.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+from graphattn.runner.table import read_run, render
+
+WINDOW = {"name": "window", "window": 4}
+GLOBAL = {"name": "global", "positions": [0]}
+
+#: task → the overrides every entrant shares (same model size, epochs, data)
+PROTOCOLS: dict[str, dict[str, Any]] = {
+    "listops": {
+        "task": "listops",
+        "task_kwargs": {"num_train": 1000, "num_val": 200, "num_test": 200, "min_length": 500,
+                        "max_length": 2000},
+        "conv": "none", "layers": 4, "hidden": 64, "heads": 4, "epochs": 10, "batch_size": 16,
+    },
+    "fashion-mnist": {
+        "task": "fashion-mnist",
+        "task_kwargs": {"patch_size": 4, "num_train": 5000, "num_val": 1000, "cls": True},
+        "conv": "none", "layers": 3, "hidden": 64, "heads": 4, "epochs": 6,
+    },
+    "peptides-func": {
+        "task": "peptides-func", "epochs": 40, "warmup_epochs": 2,
+    },
+    "cora": {
+        "task": "cora", "conv": "none", "node_encoder": "none", "head_layers": 0, "layers": 2,
+        "hidden": 64, "heads": 8, "act": "elu", "dropout": 0.6, "attn_dropout": 0.6,
+        "input_dropout": 0.6, "norm": "none", "residual": False, "ffn": False, "lr": 0.005,
+        "weight_decay": 5e-4, "epochs": 200, "patience": 100,
+    },
+}
+
+#: entrant → the overrides that make it (its producer and what its training needs)
+ENTRANTS: dict[str, dict[str, Any]] = {
+    "full": {"producer": "full"},
+    "window+global": {"producer": {"name": "union", "producers": [WINDOW, GLOBAL]}},
+    "bigbird": {"producer": {"name": "union",
+                             "producers": [{"name": "random", "k": 3}, WINDOW, GLOBAL]}},
+    "exphormer": {"producer": {"name": "union", "producers": [
+        "input", {"name": "expander", "degree": 3}, "virtual"]}},
+    "samsa": {"producer": {"name": "samsa", "k": 32}},
+    "sbm": {"producer": {"name": "sbm", "num_clusters": 128, "delta": 0.01, "reg_weight": 0.5},
+            "aux_weight": 0.01},
+    "sliceformer": {"producer": "sliceformer"},
+    "sac": {"producer": {"name": "sac", "shared": True, "alpha": 1, "all_nodes": True,
+                         "decode": "greedy"}},
+    "converter": {"producer": "converter"},
+}
+
+#: the papers' own numbers on the same task (their protocols and sizes, not this one; LRA ListOps
+#: trains on 96k sequences): (entrant, task) → text. Sources: the LRA and Sliceformer tables
+#: (Transformer 36.37, BigBird 36.05, Sliceformer_ascend 37.65), SBM-Transformer 37.45, Converter
+#: 60.38, SAMSA Table 1 (k = 128, hard), LRGB/GPS/Exphormer (Peptides-func AP), SAC (Cora).
+PAPER: dict[tuple[str, str], str] = {
+    ("full", "listops"): "0.3637",
+    ("bigbird", "listops"): "0.3605",
+    ("sbm", "listops"): "0.3745",
+    ("converter", "listops"): "0.6038",
+    ("sliceformer", "listops"): "0.3765",
+    ("samsa", "listops"): "0.4113",
+    ("full", "peptides-func"): "0.6535 (GPS)",
+    ("exphormer", "peptides-func"): "0.6527",
+    ("samsa", "peptides-func"): "0.7201",
+    ("sac", "cora"): "0.848",
+}
+
+
+def run_dir(out: str | Path, task: str, entrant: str) -> Path:
+    return Path(out) / task / entrant
+
+
+def league_config(task: str, entrant: str, *, seeds: list[int], out: str | Path,
+                  overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The ``graphattn run`` configuration of one (task, entrant) cell."""
+    if task not in PROTOCOLS:
+        raise ValueError(f"'task' must be one of {sorted(PROTOCOLS)}, got {task!r}")
+    if entrant not in ENTRANTS:
+        raise ValueError(f"'entrant' must be one of {list(ENTRANTS)}, got {entrant!r}")
+    cfg = copy.deepcopy(PROTOCOLS[task])
+    cfg.update(copy.deepcopy(ENTRANTS[entrant]))
+    for key, value in (overrides or {}).items():
+        if key == "task_kwargs":
+            cfg["task_kwargs"] = {**cfg.get("task_kwargs", {}), **value}
+        else:
+            cfg[key] = value
+    cfg["seeds"] = list(seeds)
+    cfg["out"] = str(run_dir(out, task, entrant))
+    return cfg
+
+
+def _finished(folder: Path, cfg: dict[str, Any]) -> bool:
+    """Whether ``folder`` holds a finished run of exactly ``cfg`` (every seed done)."""
+    try:
+        row = json.loads((folder / "summary.json").read_text())
+        earlier = json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError):
+        return False
+    from graphattn.runner.config import resolve_config
+
+    want = resolve_config({**cfg, "resume": None, "overwrite": None})
+    same = all(earlier.get(k) == v for k, v in json.loads(json.dumps(want, default=str)).items()
+               if k not in ("resume", "overwrite", "progress", "threads", "device"))
+    return same and sorted(row.get("seeds", [])) == sorted(cfg["seeds"])
+
+
+def _cell(folder: Path) -> str:
+    try:
+        results = [json.loads(line) for line in (folder / "results.jsonl").read_text().splitlines()
+                   if line.strip()]
+        json.loads((folder / "summary.json").read_text())
+    except (OSError, ValueError):
+        return "not run"
+    tests = [float(r["test"]) for r in results]
+    if not tests:
+        return "not run"
+    if len(tests) == 1:
+        return f"{tests[0]:.3f} (1 seed)"
+    return f"{statistics.mean(tests):.3f} ± {statistics.stdev(tests):.3f}"
+
+
+def league_table(out: str | Path, tasks: list[str], entrants: list[str]) -> str:
+    """Markdown: entrants × tasks (test mean ± std; the paper's number in brackets)."""
+    lines = ["| entrant | " + " | ".join(tasks) + " |", "|---|" + "---|" * len(tasks)]
+    for e in entrants:
+        cells = []
+        for t in tasks:
+            cell = _cell(run_dir(out, t, e))
+            if (e, t) in PAPER:
+                cell += f" [paper: {PAPER[(e, t)]}]"
+            cells.append(cell)
+        lines.append(f"| {e} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def run_league(tasks: list[str], entrants: list[str], *, seeds: list[int], out: str | Path,
+               overrides: dict[str, Any] | None = None, rerun: bool = False,
+               threads: int | None = None, progress: bool = True,
+               keep_going: bool = False) -> dict[tuple[str, str], str]:
+    """Trains every (task, entrant) cell not finished yet; returns each cell's status
+    (``"reused"``, ``"trained"`` or ``"failed: ..."`` with ``keep_going``)."""
+    from graphattn.runner.train import run_experiment
+
+    status: dict[tuple[str, str], str] = {}
+    for task in tasks:
+        for entrant in entrants:
+            cfg = league_config(task, entrant, seeds=seeds, out=out, overrides=overrides)
+            folder = Path(cfg["out"])
+            if not rerun and _finished(folder, cfg):
+                status[(task, entrant)] = "reused"
+                continue
+            cfg.update(threads=threads, progress=progress)
+            if rerun:
+                cfg["overwrite"] = True
+            elif folder.exists():
+                cfg["resume"] = True
+            try:
+                run_experiment(cfg)
+            except Exception as exc:  # reported in the table with keep_going
+                if not keep_going:
+                    raise
+                status[(task, entrant)] = f"failed: {type(exc).__name__}: {exc}"
+                continue
+            status[(task, entrant)] = "trained"
+    return status
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--tasks", nargs="+", default=list(PROTOCOLS), choices=list(PROTOCOLS),
+                   metavar="TASK", help=f"tasks (default: all: {', '.join(PROTOCOLS)})")
+    p.add_argument("--entrants", nargs="+", default=list(ENTRANTS), choices=list(ENTRANTS),
+                   metavar="NAME", help=f"entrants (default: all: {', '.join(ENTRANTS)})")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], metavar="S",
+                   help="seeds (default: 0 1 2)")
+    p.add_argument("--out", default="runs/league", metavar="DIR",
+                   help="folder of the run folders (default: runs/league)")
+    p.add_argument("--set", dest="overrides", type=json.loads, default=None, metavar="JSON",
+                   help="config keys changed for every cell, e.g. '{\"epochs\": 1}' (a smaller "
+                        "protocol; its table is not the league's)")
+    p.add_argument("--rerun", action="store_true", help="train finished cells again")
+    p.add_argument("--keep-going", action="store_true",
+                   help="a cell that fails is reported and the others still run")
+    p.add_argument("--table-only", action="store_true",
+                   help="train nothing; write the tables from the folders there are")
+    p.add_argument("--threads", type=int, default=None, metavar="N", help="CPU threads per run")
+    p.add_argument("--no-progress", dest="progress", action="store_false",
+                   help="no progress bars")
+    p.add_argument("--table", metavar="FILE",
+                   help="also write the tables to FILE (default: <out>/league.md)")
+
+
+def main(args: argparse.Namespace) -> int:
+    status: dict[tuple[str, str], str] = {}
+    if not args.table_only:
+        status = run_league(args.tasks, args.entrants, seeds=args.seeds, out=args.out,
+                            overrides=args.overrides, rerun=args.rerun, threads=args.threads,
+                            progress=args.progress, keep_going=args.keep_going)
+    text = "## League (test metric, mean ± std over seeds)\n\n"
+    text += league_table(args.out, args.tasks, args.entrants)
+    rows = []
+    for t in args.tasks:
+        for e in args.entrants:
+            folder = run_dir(args.out, t, e)
+            if (folder / "summary.json").is_file():
+                rows.append({**read_run(folder), "model": e})
+    if rows:
+        text += "\n## Runs\n\n" + render(rows)
+    failed = {k: v for k, v in status.items() if v.startswith("failed")}
+    if failed:
+        text += "\n## Failed cells\n\n" + "".join(f"* {t} / {e}: {v}\n"
+                                                  for (t, e), v in failed.items())
+    path = Path(args.table) if args.table else Path(args.out) / "league.md"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    print(text, end="")
+    return 1 if failed else 0
