@@ -427,11 +427,14 @@ class GraphTransformer(nn.Module):
 
 
 def positional_encoding(kind: str, dim: int) -> Any:
-    """The PyG transform writing the encoding ``GraphTransformer(pe=kind)`` reads."""
-    from torch_geometric.transforms import AddLaplacianEigenvectorPE, AddRandomWalkPE
+    """The PyG transform writing the encoding ``GraphTransformer(pe=kind)`` reads (the random-walk
+    one memoised per graph structure: :class:`~graphattn.nn.random_walk_pe.CachedRandomWalkPE`)."""
+    from torch_geometric.transforms import AddLaplacianEigenvectorPE
+
+    from graphattn.nn.random_walk_pe import CachedRandomWalkPE
 
     if kind == "laplacian":
         return AddLaplacianEigenvectorPE(dim, attr_name=PE_ATTRS["laplacian"], is_undirected=True)
-    if kind == "random_walk":
-        return AddRandomWalkPE(dim, attr_name=PE_ATTRS["random_walk"])
+    if kind == "random_walk":  # deterministic: computed once per distinct graph structure
+        return CachedRandomWalkPE(dim, attr_name=PE_ATTRS["random_walk"])
     raise ValueError(f"unknown positional encoding {kind!r}; use 'laplacian' or 'random_walk'")

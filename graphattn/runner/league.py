@@ -26,7 +26,9 @@ Protocols (:data:`PROTOCOLS`): the task defaults of :mod:`graphattn.runner.confi
 Entrants (:data:`ENTRANTS`): ``full``; ``window+global`` (a local window of 4 and the first node
 as a global token); ``bigbird`` (3 random sources + the same window + global); ``exphormer``
 (input edges + a 3-regular expander + a virtual node); the paper mechanisms ``samsa`` (k = 32),
-``sbm``, ``sliceformer``, ``sac`` and ``converter`` with the settings their docs describe.
+``sbm`` (the settings of ``examples/configs/sbm_*.toml``), ``sliceformer``, ``sac`` (the producer of
+``examples/configs/sac_cora.toml``: one LSTM-predicted structure shared by the layers, greedy
+decoding, 100 warm-start steps on the input edges) and ``converter``.
 """
 
 from __future__ import annotations
@@ -79,8 +81,9 @@ ENTRANTS: dict[str, dict[str, Any]] = {
     "sbm": {"producer": {"name": "sbm", "num_clusters": 128, "delta": 0.01, "reg_weight": 0.5},
             "aux_weight": 0.01},
     "sliceformer": {"producer": "sliceformer"},
-    "sac": {"producer": {"name": "sac", "shared": True, "alpha": 1, "all_nodes": True,
-                         "decode": "greedy"}},
+    "sac": {"producer": {"name": "sac", "shared": True, "policy": "lstm", "alpha": 1,
+                         "all_nodes": True, "distance": "input_graph", "max_distance": 3,
+                         "decode": "greedy", "warm_start": 100}},
     "converter": {"producer": "converter"},
 }
 
@@ -125,19 +128,28 @@ def league_config(task: str, entrant: str, *, seeds: list[int], out: str | Path,
     return cfg
 
 
-def _finished(folder: Path, cfg: dict[str, Any]) -> bool:
-    """Whether ``folder`` holds a finished run of exactly ``cfg`` (every seed done)."""
+#: config keys that do not change what a run computes (the runner's resume rule: the seeds too,
+#: since a finished seed is kept and a new one is added)
+_HOW = ("resume", "overwrite", "progress", "out", "seeds", "threads")
+
+
+def _earlier(folder: Path, cfg: dict[str, Any]) -> tuple[bool, bool, list[str]]:
+    """``(exists, finished, differing keys)`` of the run in ``folder`` against ``cfg``: a run
+    exists where ``config.json`` is; it is finished when ``summary.json`` lists every seed."""
     try:
-        row = json.loads((folder / "summary.json").read_text())
         earlier = json.loads((folder / "config.json").read_text())
     except (OSError, ValueError):
-        return False
+        return False, False, []
     from graphattn.runner.config import resolve_config
 
-    want = resolve_config({**cfg, "resume": None, "overwrite": None})
-    same = all(earlier.get(k) == v for k, v in json.loads(json.dumps(want, default=str)).items()
-               if k not in ("resume", "overwrite", "progress", "threads", "device"))
-    return same and sorted(row.get("seeds", [])) == sorted(cfg["seeds"])
+    want = json.loads(json.dumps(resolve_config(cfg), default=str))
+    diff = sorted(k for k in set(want) | set(earlier)
+                  if k not in _HOW and want.get(k) != earlier.get(k))
+    try:
+        seeds = json.loads((folder / "summary.json").read_text()).get("seeds", [])
+    except (OSError, ValueError):
+        seeds = []
+    return True, sorted(seeds) == sorted(cfg["seeds"]) and not diff, diff
 
 
 def _cell(folder: Path) -> str:
@@ -182,15 +194,20 @@ def run_league(tasks: list[str], entrants: list[str], *, seeds: list[int], out: 
         for entrant in entrants:
             cfg = league_config(task, entrant, seeds=seeds, out=out, overrides=overrides)
             folder = Path(cfg["out"])
-            if not rerun and _finished(folder, cfg):
+            exists, finished, diff = _earlier(folder, cfg)
+            if finished and not rerun:
                 status[(task, entrant)] = "reused"
                 continue
             cfg.update(threads=threads, progress=progress)
             if rerun:
                 cfg["overwrite"] = True
-            elif folder.exists():
-                cfg["resume"] = True
+            elif exists:
+                cfg["resume"] = True  # the same protocol, unfinished: continue it
             try:
+                if exists and diff and not rerun:
+                    raise ValueError(f"{folder} holds a run of another configuration (it differs "
+                                     f"in {diff}); pass --rerun to replace it, or choose "
+                                     f"another --out")
                 run_experiment(cfg)
             except Exception as exc:  # reported in the table with keep_going
                 if not keep_going:
@@ -238,7 +255,8 @@ def main(args: argparse.Namespace) -> int:
         for e in args.entrants:
             folder = run_dir(args.out, t, e)
             if (folder / "summary.json").is_file():
-                rows.append({**read_run(folder), "model": e})
+                row = read_run(folder)
+                rows.append({**row, "model": f"{e}: {row['model']}"})
     if rows:
         text += "\n## Runs\n\n" + render(rows)
     failed = {k: v for k, v in status.items() if v.startswith("failed")}

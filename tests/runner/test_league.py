@@ -1,0 +1,126 @@
+"""``graphattn league``: every protocol and every entrant trains on tiny data (the shipped-config
+rule of ``test_configs.py``), finished cells are reused, and the tables come from the run folders."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from graphattn.__main__ import main as cli
+from graphattn.runner.config import resolve_config
+from graphattn.runner.league import (
+    ENTRANTS,
+    PAPER,
+    PROTOCOLS,
+    league_config,
+    league_table,
+    run_dir,
+    run_league,
+)
+from tests.runner.test_configs import tiny
+
+#: the data-backed tasks: two entrants each (every entrant trains on ListOps, generated offline).
+#: The Peptides protocol is the runner's Peptides defaults with 40 epochs (checked in
+#: test_every_cell_resolves_to_a_valid_config); those defaults train in test_configs.py's
+#: peptides_func and samsa_peptides_func runs, each a minute or more even at tiny size (RWSE).
+DATA_CELLS = {"fashion-mnist": ["exphormer", "sliceformer"], "cora": ["window+global", "sac"]}
+
+
+def _tiny_overrides(task: str, tmp_path, epochs: int | None = None) -> dict:
+    """The protocol's config shrunk by ``test_configs.tiny`` (limit, short phases)."""
+    small = tiny(league_config(task, "full", seeds=[0], out=tmp_path), tmp_path / "unused")
+    keep = ("task_kwargs", "warmup_epochs", "epochs", "batch_size", "patience", "time_budget")
+    over = {k: small[k] for k in keep}
+    if epochs is not None:
+        over["epochs"] = epochs
+    return over
+
+
+def _train(task: str, entrants: list[str], tmp_path, over: dict, **kw) -> dict:
+    """``run_league`` cell by cell, SAC's warm start shrunk to 2 steps (as test_configs does) so
+    that the tiny run crosses it."""
+    status = {}
+    for e in entrants:
+        cell = dict(over)
+        producer = ENTRANTS[e].get("producer")
+        if isinstance(producer, dict) and producer.get("warm_start"):
+            cell["producer"] = {**producer, "warm_start": 2}
+        status.update(run_league([task], [e], seeds=[0], out=tmp_path, overrides=cell,
+                                 progress=False, **kw))
+    return status
+
+
+def test_every_cell_resolves_to_a_valid_config(tmp_path):
+    for task in PROTOCOLS:
+        for entrant in ENTRANTS:
+            cfg = league_config(task, entrant, seeds=[0, 1, 2], out=tmp_path)
+            resolved = resolve_config(cfg)
+            assert resolved["task"] == task and resolved["seeds"] == [0, 1, 2]
+            assert cfg["out"] == str(run_dir(tmp_path, task, entrant))
+            for key, value in PROTOCOLS[task].items():  # the protocol is shared by every entrant
+                if key != "task_kwargs":
+                    assert resolved[key] == value, (task, entrant, key)
+    assert all(t in PROTOCOLS and e in ENTRANTS for e, t in PAPER)
+    with pytest.raises(ValueError, match="'task' must be one of"):
+        league_config("mnist", "full", seeds=[0], out=tmp_path)
+    with pytest.raises(ValueError, match="'entrant' must be one of"):
+        league_config("cora", "performer", seeds=[0], out=tmp_path)
+
+
+def test_every_entrant_trains_on_listops_and_finished_cells_are_reused(tmp_path):
+    over = _tiny_overrides("listops", tmp_path, epochs=2)  # the warm-up epoch, then the schedule
+    entrants = list(ENTRANTS)
+    status = _train("listops", entrants, tmp_path, over)
+    assert set(status.values()) == {"trained"}, status
+    again = _train("listops", entrants, tmp_path, over)
+    assert set(again.values()) == {"reused"}
+    # another protocol in the same folder is refused (named), unless --rerun replaces it
+    other = {**over, "epochs": over["epochs"] + 1}
+    with pytest.raises(ValueError, match=r"another configuration \(it differs in \['epochs'\]\)"):
+        run_league(["listops"], ["window+global"], seeds=[0], out=tmp_path, overrides=other,
+                   progress=False)
+    failed = run_league(["listops"], ["window+global"], seeds=[0], out=tmp_path, overrides=other,
+                        progress=False, keep_going=True)
+    assert failed[("listops", "window+global")].startswith("failed: ValueError")
+    # more seeds of the same protocol: the finished seed is kept, seed 1 is added (resumed)
+    more = run_league(["listops"], ["window+global"], seeds=[0, 1], out=tmp_path, overrides=over,
+                      progress=False)
+    assert more == {("listops", "window+global"): "trained"}
+    table = league_table(tmp_path, ["listops", "cora"], entrants)
+    lines = table.splitlines()
+    assert lines[0] == "| entrant | listops | cora |" and len(lines) == 2 + len(entrants)
+    full = next(line for line in lines if line.startswith("| full |"))
+    assert "(1 seed)" in full and "[paper: 0.3637]" in full and "not run" in full
+    for line in lines[2:]:
+        test = line.split("|")[2].split()[0]
+        assert 0.0 <= float(test) <= 1.0
+
+
+@pytest.mark.parametrize("task", list(DATA_CELLS))
+def test_every_protocol_trains_on_tiny_data(task, mirror, tmp_path):
+    over = _tiny_overrides(task, tmp_path)
+    status = _train(task, DATA_CELLS[task], tmp_path, over)
+    assert set(status.values()) == {"trained"}, status
+    for entrant in DATA_CELLS[task]:
+        summary = json.loads((run_dir(tmp_path, task, entrant) / "summary.json").read_text())
+        assert summary["task"] == task and summary["seeds"] == [0]
+
+
+def test_command_writes_the_tables_and_reports_failed_cells(tmp_path, capsys):
+    over = _tiny_overrides("listops", tmp_path, epochs=1)
+    args = ["league", "--tasks", "listops", "--entrants", "full", "window+global", "--seeds", "0",
+            "--out", str(tmp_path), "--set", json.dumps(over), "--no-progress"]
+    assert cli(args) == 0
+    text = (tmp_path / "league.md").read_text()
+    assert "## League" in text and "## Runs" in text and "| full |" in text
+    assert "`graphattn run --config" in text  # the per-run table names the rerun command
+    assert cli([*args[:-1], "--table-only", "--table", str(tmp_path / "t.md")]) == 0
+    assert (tmp_path / "t.md").read_text() == text
+    # a cell that fails (an option the task does not take) is reported, the others still run
+    bad = {**over, "task_kwargs": {**over["task_kwargs"], "no_such_option": 1}}
+    code = cli(["league", "--tasks", "listops", "--entrants", "full", "--seeds", "0", "--out",
+                str(tmp_path / "bad"), "--set", json.dumps(bad), "--keep-going", "--no-progress"])
+    assert code == 1
+    assert "## Failed cells" in (tmp_path / "bad" / "league.md").read_text()
+    capsys.readouterr()
