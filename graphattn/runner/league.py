@@ -218,6 +218,29 @@ def run_league(tasks: list[str], entrants: list[str], *, seeds: list[int], out: 
     return status
 
 
+def cell_command(folder: Path, task: str, entrant: str, out: str | Path) -> str:
+    """The ``graphattn league`` command that reproduces one finished cell (its seeds, and the
+    ``--set`` changes of its configuration from the protocol, if any)."""
+    import shlex
+
+    results = [json.loads(line) for line in (folder / "results.jsonl").read_text().splitlines()
+               if line.strip()]
+    seeds = sorted(int(r["seed"]) for r in results)
+    ran = json.loads((folder / "config.json").read_text())
+    from graphattn.runner.config import resolve_config
+
+    base = json.loads(json.dumps(resolve_config(league_config(task, entrant, seeds=seeds,
+                                                               out=out)), default=str))
+    changed = {k: v for k, v in ran.items() if k not in _HOW and base.get(k) != v}
+    cmd = ["graphattn", "league", "--tasks", task, "--entrants", entrant, "--seeds",
+           *map(str, seeds)]
+    if str(out) != "runs/league":
+        cmd += ["--out", str(out)]
+    if changed:
+        cmd += ["--set", json.dumps(changed)]
+    return shlex.join(cmd)
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tasks", nargs="+", default=list(PROTOCOLS), choices=list(PROTOCOLS),
                    metavar="TASK", help=f"tasks (default: all: {', '.join(PROTOCOLS)})")
@@ -256,7 +279,8 @@ def main(args: argparse.Namespace) -> int:
             folder = run_dir(args.out, t, e)
             if (folder / "summary.json").is_file():
                 row = read_run(folder)
-                rows.append({**row, "model": f"{e}: {row['model']}"})
+                rows.append({**row, "model": f"{e}: {row['model']}",
+                             "command": cell_command(folder, t, e, args.out)})
     if rows:
         text += "\n## Runs\n\n" + render(rows)
     failed = {k: v for k, v in status.items() if v.startswith("failed")}

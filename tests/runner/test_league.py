@@ -114,7 +114,9 @@ def test_command_writes_the_tables_and_reports_failed_cells(tmp_path, capsys):
     assert cli(args) == 0
     text = (tmp_path / "league.md").read_text()
     assert "## League" in text and "## Runs" in text and "| full |" in text
-    assert "`graphattn run --config" in text  # the per-run table names the rerun command
+    # the per-run table names the command that reproduces each cell (the protocol's changes too)
+    assert "`graphattn league --tasks listops --entrants full --seeds 0 --out" in text
+    assert "--set" in text and '"epochs": 1' in text
     assert cli([*args[:-1], "--table-only", "--table", str(tmp_path / "t.md")]) == 0
     assert (tmp_path / "t.md").read_text() == text
     # a cell that fails (an option the task does not take) is reported, the others still run
