@@ -163,9 +163,12 @@ class SliceSortEdges(EdgeProducer):
         if self.order == "max_exchange":
             src = max_exchange_src(key, ctx.batch)
         else:
-            # the layer validated x and the batch: sort without checking them again
+            # the layer validated x and the batch: sort without checking them again; the compiled
+            # CPU sort reads the graphs from the context's (shared) pointer
+            one, ordered = ctx.num_graphs == 1, ctx.is_sorted
+            ptr = ctx.ptr if ordered and not one and key.device.type == "cpu" else None
             src = sort_src(key, ctx.batch, self.descending(H, key.device), method="auto",
-                            single_graph=ctx.num_graphs == 1, is_sorted=ctx.is_sorted)
+                           single_graph=one, is_sorted=ordered, ptr=ptr)
         origin = torch.full((1, 1), origin_code("sorted"), dtype=torch.long, device=src.device)
         return PermutationEdgeSet(
             src, num_heads=ctx.num_heads, mode="weighted", origin=origin.expand(N, H),

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from graphattn.edgeset import ptr_from_batch
 from graphattn.producers.base import check_positive_int
 
 RULES = ("block", "paper_exact")
@@ -127,9 +128,9 @@ def slice_sort_src(
 
 
 def sort_src(values: Tensor, batch: Tensor | None, descending: bool | Tensor | None, *,
-              method: str, single_graph: bool, is_sorted: bool) -> Tensor:
+              method: str, single_graph: bool, is_sorted: bool, ptr: Tensor | None = None) -> Tensor:
     """:func:`slice_sort_src` on checked inputs (the producer passes what the layer already
-    checked and what its context knows: one graph, a sorted batch)."""
+    checked and what its context knows: one graph, a sorted batch and its graph pointer)."""
     N = values.size(0)
     key = values.detach()
     if isinstance(descending, Tensor):
@@ -142,8 +143,10 @@ def sort_src(values: Tensor, batch: Tensor | None, descending: bool | Tensor | N
     if method in ("auto", "compiled") and (one or is_sorted):
         ops = _compiled_sort_ops(key, required=method == "compiled")
         if ops is not None:
-            ptr = torch.tensor([0, N]) if one else \
-                torch.cat([batch.new_zeros(1), torch.bincount(batch).cumsum(0)])
+            if one:
+                ptr = torch.tensor([0, N])
+            elif ptr is None:
+                ptr = ptr_from_batch(batch)
             return ops.segmented_argsort(key.contiguous(), ptr)
     if one:
         return torch.argsort(key, dim=0, stable=True)

@@ -40,6 +40,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from graphattn.runner.cli import _json
 from graphattn.runner.table import read_run, render
 
 WINDOW = {"name": "window", "window": 4}
@@ -116,6 +117,8 @@ def league_config(task: str, entrant: str, *, seeds: list[int], out: str | Path,
         raise ValueError(f"'task' must be one of {sorted(PROTOCOLS)}, got {task!r}")
     if entrant not in ENTRANTS:
         raise ValueError(f"'entrant' must be one of {list(ENTRANTS)}, got {entrant!r}")
+    if overrides is not None and not isinstance(overrides, dict):
+        raise ValueError(f"'--set' must be a JSON object of config keys, got {overrides!r}")
     cfg = copy.deepcopy(PROTOCOLS[task])
     cfg.update(copy.deepcopy(ENTRANTS[entrant]))
     for key, value in (overrides or {}).items():
@@ -250,7 +253,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="seeds (default: 0 1 2)")
     p.add_argument("--out", default="runs/league", metavar="DIR",
                    help="folder of the run folders (default: runs/league)")
-    p.add_argument("--set", dest="overrides", type=json.loads, default=None, metavar="JSON",
+    p.add_argument("--set", dest="overrides", type=_json, default=None, metavar="JSON",
                    help="config keys changed for every cell, e.g. '{\"epochs\": 1}' (a smaller "
                         "protocol; its table is not the league's)")
     p.add_argument("--rerun", action="store_true", help="train finished cells again")

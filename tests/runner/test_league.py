@@ -66,6 +66,8 @@ def test_every_cell_resolves_to_a_valid_config(tmp_path):
         league_config("mnist", "full", seeds=[0], out=tmp_path)
     with pytest.raises(ValueError, match="'entrant' must be one of"):
         league_config("cora", "performer", seeds=[0], out=tmp_path)
+    with pytest.raises(ValueError, match="'--set' must be a JSON object"):
+        league_config("cora", "full", seeds=[0], out=tmp_path, overrides=[1])
 
 
 def test_every_entrant_trains_on_listops_and_finished_cells_are_reused(tmp_path):
