@@ -785,14 +785,37 @@ def _tensor_ids(*tensors: Tensor | None) -> tuple[Any, ...]:
     return tuple(None if t is None else (id(t), tensor_version(t)) for t in tensors)
 
 
+#: on the CPU, :func:`first_occurrences` of at least this many keys runs the compiled radix sort
+#: (``kernels/csrc/unique_first.cpp``) when the extension is available; ``None`` never does (the
+#: same positions from torch's stable argsort)
+NATIVE_UNIQUE_MIN: int | None = 1 << 12
+
+
 def first_occurrences(key: Tensor) -> Tensor:
     """Positions of the first occurrence of every distinct value of ``key [E]``, in increasing
-    ``key`` order (the de-duplication of :meth:`EdgeSet.coalesce` and of sampled multi-edges)."""
+    ``key`` order (the de-duplication of :meth:`EdgeSet.coalesce` and of sampled multi-edges).
+
+    Equals ``order[first]`` for ``order = argsort(key, stable=True)`` and ``first`` the start of
+    each run of equal sorted keys. Large int64 keys on the CPU go through a compiled LSD radix
+    sort over the bits that vary (:data:`NATIVE_UNIQUE_MIN`); the result is the same."""
+    return unique_first(key)[0]
+
+
+def unique_first(key: Tensor) -> tuple[Tensor, Tensor]:
+    """``(positions, values)``: :func:`first_occurrences` of ``key`` and the distinct values
+    themselves, ``key[positions]`` (sorted), without a gather on the compiled path."""
+    if (NATIVE_UNIQUE_MIN is not None and key.device.type == "cpu" and key.dtype == torch.long
+            and key.dim() == 1 and key.numel() >= NATIVE_UNIQUE_MIN):
+        from graphattn.kernels.cpu_extension import cpu_ops
+
+        ops = cpu_ops(warn=False)
+        if ops is not None and hasattr(ops, "unique_first"):
+            return ops.unique_first(key)
     order = torch.argsort(key, stable=True)
     sorted_key = key[order]
     first = torch.ones_like(sorted_key, dtype=torch.bool)
     first[1:] = sorted_key[1:] != sorted_key[:-1]
-    return order[first]
+    return order[first], sorted_key[first]
 
 
 def _copy_edge_set(es: ES) -> ES:

@@ -60,7 +60,8 @@ SOURCE = Path(__file__).resolve().parent / "csrc" / "edge_attention.cpp"
 #: every translation unit of the extension (the linear scan of the Converter's shift operator too)
 SOURCES = (SOURCE, SOURCE.parent / "edge_attention_blocked.cpp", SOURCE.parent / "linear_scan.cpp",
            SOURCE.parent / "dropout.cpp", SOURCE.parent / "sbm_fastrg.cpp",
-           SOURCE.parent / "segmented_sort.cpp")
+           SOURCE.parent / "segmented_sort.cpp", SOURCE.parent / "unique_first.cpp",
+           SOURCE.parent / "sbm_gate.cpp")
 #: headers the sources include (part of the build's hash, as is any other ``csrc/*.h``)
 HEADERS = (SOURCE.parent / "common.h",)
 # ``-fopenmp`` is needed for ``at::parallel_for`` itself: ATen's OpenMP backend is an inline

@@ -13,7 +13,7 @@ from graphattn import (
     origin_code,
     union_edge_sets,
 )
-from graphattn.edgeset import featured_rows
+from graphattn.edgeset import featured_rows, first_occurrences
 
 
 def ei(*pairs):
@@ -292,3 +292,50 @@ def test_known_ptr_marks_the_context_pointer_only_while_unchanged():
     del ctx, ptr
     gc.collect()
     assert key not in _KNOWN_PTRS  # the mark dies with the tensor
+
+
+def _first_occurrences_reference(key: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    order = torch.argsort(key, stable=True)
+    s = key[order]
+    first = torch.ones_like(s, dtype=torch.bool)
+    first[1:] = s[1:] != s[:-1]
+    return order[first], s[first]
+
+
+@pytest.mark.parametrize("case", ["empty", "one", "ties", "negative", "wide", "extremes", "constant"])
+def test_compiled_unique_first_equals_the_stable_argsort(case):
+    """The compiled radix de-duplication (``unique_first``): the first position of every distinct
+    key and the keys, in key order, exactly as torch's stable argsort; keys over 32 bits of range,
+    negative keys, both int64 extremes, a single repeated key, no key."""
+    from graphattn.kernels.cpu_extension import cpu_ops
+
+    ops = cpu_ops(warn=False)
+    if ops is None or not hasattr(ops, "unique_first"):
+        pytest.skip("the CPU extension is unavailable")
+    g = torch.Generator().manual_seed(1)
+    lo, hi = torch.iinfo(torch.long).min, torch.iinfo(torch.long).max
+    key = {
+        "empty": torch.zeros(0, dtype=torch.long),
+        "one": torch.tensor([7]),
+        "ties": torch.randint(0, 300, (20000,), generator=g),
+        "negative": torch.randint(-5000, 5000, (9000,), generator=g),
+        "wide": torch.randint(0, 1 << 45, (9000,), generator=g) * torch.randint(0, 2, (9000,), generator=g),
+        "extremes": torch.tensor([hi, lo, 0, lo, hi, -1, 1, lo]),
+        "constant": torch.full((5000,), -3),
+    }[case]
+    pos, values = ops.unique_first(key)
+    ref_pos, ref_values = _first_occurrences_reference(key)
+    assert torch.equal(pos, ref_pos) and torch.equal(values, ref_values)
+    assert torch.equal(first_occurrences(key), ref_pos)  # the public function, either path
+
+
+def test_compiled_unique_first_arguments():
+    from graphattn.kernels.cpu_extension import cpu_ops
+
+    ops = cpu_ops(warn=False)
+    if ops is None or not hasattr(ops, "unique_first"):
+        pytest.skip("the CPU extension is unavailable")
+    with pytest.raises(RuntimeError, match="'key' must be a 1-D int64 CPU tensor"):
+        ops.unique_first(torch.zeros(3, dtype=torch.int32))
+    with pytest.raises(RuntimeError, match="'key' must be a 1-D int64 CPU tensor"):
+        ops.unique_first(torch.zeros(2, 2, dtype=torch.long))

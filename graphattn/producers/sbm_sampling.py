@@ -43,7 +43,7 @@ from torch import Tensor
 from torch.autograd import Function
 from torch.autograd.function import once_differentiable
 
-from graphattn.edgeset import _need_float, _need_long, _need_tensor, first_occurrences
+from graphattn.edgeset import _need_float, _need_long, _need_tensor, unique_first
 from graphattn.producers.keyed_random import KeyedRandom, KeyedRows, poisson_from_keys
 
 #: key tags of the keyed draws (:mod:`~graphattn.producers.keyed_random`)
@@ -297,7 +297,8 @@ def _graph_blocks(ptr: Tensor, heads: int, k: int, max_table: int) -> list[tuple
     return list(zip([0, *ends[:-1]], ends, strict=True))
 
 
-#: use the compiled loops of the samplers (fastRG's per-edge draws, Bernoulli's per-pair uniforms)
+#: use the compiled loops of the samplers (fastRG's per-edge draws, Bernoulli's per-pair uniforms, the edge
+#: gate's backward)
 #: on the CPU when the extension is available (``False`` forces the torch paths: the same edges)
 NATIVE_SAMPLERS = True
 
@@ -559,8 +560,10 @@ def dedupe(edges: SampledEdges, num_nodes: int, num_heads: int) -> SampledEdges:
     N, H = num_nodes, num_heads
     if N * N * H >= 2**62:
         raise ValueError(f"too many nodes ({N}) x heads ({H}) to de-duplicate with int64 keys")
-    keep = first_occurrences((edges.query * H + edges.head) * N + edges.key)
-    return SampledEdges(edges.query[keep], edges.key[keep], edges.head[keep], edges.kind[keep])
+    keep, pair = unique_first((edges.query * H + edges.head) * N + edges.key)
+    # the indices from the sorted keys themselves (a division is cheaper than a random gather)
+    row, key = torch.div(pair, N, rounding_mode="floor"), pair % N
+    return SampledEdges(torch.div(row, H, rounding_mode="floor"), key, row % H, edges.kind[keep])
 
 
 def add_self_loops(edges: SampledEdges, num_nodes: int, num_heads: int, *,
@@ -619,12 +622,17 @@ class _EdgeGate(Function):
         # ∂p_e/∂Y[r_e] = W[s_e], ∂p_e/∂W[s_e] = Y[r_e]: two sparse-dense products with the
         # [NH, NH] matrix of the edge gradients (no [E, k] temporaries)
         gY = gW = None
-        if ctx.needs_input_grad[0] or ctx.needs_input_grad[1]:
+        need_y, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        ops = _native_sampler_ops(Y) if need_y or need_w else None
+        if ops is not None and hasattr(ops, "sbm_gate_backward"):  # the same sums, compiled
+            gY, gW = ops.sbm_gate_backward(Y, W, rows_q, rows_k, grad.to(Y.dtype), need_y, need_w)
+            return (gY if need_y else None), (gW if need_w else None), None, None, None, None, None
+        if need_y or need_w:
             A = torch.sparse_coo_tensor(torch.stack([rows_q, rows_k]), grad.contiguous(),
                                         (Y.size(0), W.size(0)), check_invariants=False)
-            if ctx.needs_input_grad[0]:
+            if need_y:
                 gY = torch.sparse.mm(A, W)
-            if ctx.needs_input_grad[1]:
+            if need_w:
                 gW = torch.sparse.mm(A.t(), Y)
         return gY, gW, None, None, None, None, None
 

@@ -4,9 +4,10 @@
 // The torch path expands every per-row value to the edges (repeat_interleave), hashes the keyed
 // uniforms with int64 arithmetic (MurmurHash3's finaliser, 32-bit products split in halves) and
 // inverts three CDFs with a guide table and a vectorised walk: dozens of passes over the edges. Here
-// two loops do it per edge (the second visits the edges grouped by key column, so that each column's
-// table is walked at once), with the same integers and the same float64 operations, so the edges are
-// the torch path's, bit for bit and in the same order, on any number of threads:
+// two loops do it per edge (the second visits a block's edges grouped by key column, so that each
+// column's table is walked at once), with the same integers and the same float64 operations, so
+// the edges are the torch path's, bit for bit and in the same order, on any number of threads. The
+// edges are processed in blocks (2^14 to 2^20 edges) without any random access to an E-sized array:
 //
 //   h      = mix32(key_r ^ d)                     d: the draw's number within its row
 //   u_w    = (mix32(h ^ w) + 1/2) / 2^32           w = 0, 1, 2
@@ -71,6 +72,10 @@ inline int64_t search(const Table& t, int64_t start, int64_t length, double offs
   }
   const int64_t cell = static_cast<int64_t>(u * static_cast<double>(length));
   int64_t pos = t.guide[std::min(start + cell, last)];
+  // the walk is 0 or 1 steps most of the time (about 0.5 on average): two steps without a
+  // branch (a random taken/not-taken branch is mispredicted half the time), then the rare rest
+  pos += static_cast<int64_t>(t.keys[pos] <= target) & static_cast<int64_t>(pos < last);
+  pos += static_cast<int64_t>(t.keys[pos] <= target) & static_cast<int64_t>(pos < last);
   while (t.keys[pos] <= target && pos < last) ++pos;
   return pos;
 }
@@ -134,57 +139,69 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> fastrg_draws(
   int64_t* pd = dst.mutable_data_ptr<int64_t>();
   int64_t* ph = hd.mutable_data_ptr<int64_t>();
   const int64_t C = z_col_offset.numel();  // H k key columns
-  // pass 1, edges in row order (the row's query column and the block-pair row stay cache-hot):
-  // the key h, V and I; the key column c = h_r k + V of each edge is kept for pass 2
-  std::vector<uint32_t> hkey(E);
-  std::vector<int64_t> row_of(E), col(E);
-  at::parallel_for(0, P, 1, [&](int64_t p0, int64_t p1) {
-    for (int64_t p = p0; p < p1; ++p) {
-      const int64_t r = prow[p], n = nsz[r], f = first[r], h = head[r];
-      const uint32_t kr = static_cast<uint32_t>(key[r]);
-      const int64_t vs = r * k;
-      for (int64_t t = 0; t < pcnt[p]; ++t) {
-        const int64_t e = at_[p] + t;
-        const uint32_t hk = mix32(kr ^ static_cast<uint32_t>(poff[p] + t));
-        const int64_t v = search(vt, vs, k, static_cast<double>(r), uniform(hk, 0)) - vs;
-        const int64_t i = search(yt, istart[r], n, ioff[r], uniform(hk, 1)) - istart[r];
-        hkey[e] = hk;
-        row_of[e] = r;
-        col[e] = h * k + v;
-        ps[e] = i + f + n0;
-        ph[e] = h;
+  // The edges in blocks, each block on one thread with its own buffers:
+  // * pass 1, in edge order (the row's query column and block-pair row stay cache-hot): the key
+  //   h, V and I, and the key column c = h_r k + V of each edge;
+  // * a counting sort of the block by c (C sequential write streams);
+  // * pass 2, in that order (each column's table segment is walked by all the block's edges of
+  //   that column together, not at random): J, written in that order;
+  // * back to edge order by the same counting sort read the other way (a cursor per column, C
+  //   sequential read streams): no random access to any E-sized array.
+  // A block is long enough that each column's segment (about n_g / 4 cache lines of keys and as
+  // many of guide) is walked by about n_g edges: C n_g edges, within [2^14, 2^20].
+  int64_t max_n = 1;
+  for (int64_t r = 0; r < R; ++r) max_n = std::max(max_n, nsz[r]);
+  const int64_t kBlock = std::min(std::max(C * max_n, int64_t(1) << 14), int64_t(1) << 20);
+  const int64_t nblocks = (E + kBlock - 1) / kBlock;
+  at::parallel_for(0, nblocks, 1, [&](int64_t b0, int64_t b1) {
+    const int64_t cap = std::min(kBlock, E);
+    std::vector<uint32_t> hkey(cap), sorted_key(cap);
+    std::vector<int64_t> row_of(cap), col(cap), sorted_row(cap), jbuf(cap);
+    std::vector<int64_t> start(C + 1);
+    for (int64_t blk = b0; blk < b1; ++blk) {
+      const int64_t e0 = blk * kBlock, e1 = std::min(E, e0 + kBlock);
+      // the first piece with edges in [e0, e1)
+      int64_t p = std::upper_bound(at_.begin(), at_.end(), e0) - at_.begin() - 1;
+      for (int64_t e = e0; e < e1; ++p) {
+        const int64_t r = prow[p], n = nsz[r], f = first[r], h = head[r];
+        const uint32_t kr = static_cast<uint32_t>(key[r]);
+        const int64_t vs = r * k;
+        const int64_t t_end = std::min(pcnt[p], e1 - at_[p]);
+        for (int64_t t = e - at_[p]; t < t_end; ++t, ++e) {
+          const uint32_t hk = mix32(kr ^ static_cast<uint32_t>(poff[p] + t));
+          const int64_t v = search(vt, vs, k, static_cast<double>(r), uniform(hk, 0)) - vs;
+          const int64_t i = search(yt, istart[r], n, ioff[r], uniform(hk, 1)) - istart[r];
+          const int64_t q = e - e0;
+          hkey[q] = hk;
+          row_of[q] = r;
+          col[q] = h * k + v;
+          ps[e] = i + f + n0;
+          ph[e] = h;
+        }
       }
-    }
-  });
-  // pass 2, edges grouped by key column (a counting sort): each column's table is walked by all
-  // its edges together instead of at random; every edge still writes its own slot, so the order of
-  // the output is pass 1's
-  std::vector<int64_t> start(C + 1, 0);
-  for (int64_t e = 0; e < E; ++e) {
-    TORCH_CHECK(col[e] >= 0 && col[e] < C, "graphattn sbm_fastrg_draws: key column out of range");
-    ++start[col[e] + 1];
-  }
-  for (int64_t c = 0; c < C; ++c) start[c + 1] += start[c];
-  // what pass 2 reads, laid out in its order (sequential reads; one scattered write per edge)
-  std::vector<int64_t> order(E), sorted_row(E);
-  std::vector<uint32_t> sorted_key(E);
-  {
-    std::vector<int64_t> fill(start.begin(), start.end() - 1);
-    for (int64_t e = 0; e < E; ++e) {
-      const int64_t q = fill[col[e]]++;
-      order[q] = e;
-      sorted_row[q] = row_of[e];
-      sorted_key[q] = hkey[e];
-    }
-  }
-  at::parallel_for(0, C, 1, [&](int64_t c0, int64_t c1) {
-    for (int64_t c = c0; c < c1; ++c) {
-      for (int64_t q = start[c]; q < start[c + 1]; ++q) {
-        const int64_t r = sorted_row[q], f = first[r];
-        const int64_t s = c * Nb + f;
-        const int64_t j = search(zt, s, nsz[r], base[r] + zcol[c], uniform(sorted_key[q], 2)) - s;
-        pd[order[q]] = j + f + n0;
+      const int64_t L = e1 - e0;
+      std::fill(start.begin(), start.end(), 0);
+      for (int64_t q = 0; q < L; ++q) {
+        TORCH_CHECK(col[q] >= 0 && col[q] < C, "graphattn sbm_fastrg_draws: key column out of range");
+        ++start[col[q] + 1];
       }
+      for (int64_t c = 0; c < C; ++c) start[c + 1] += start[c];
+      std::vector<int64_t> cursor(start.begin(), start.end() - 1);
+      for (int64_t q = 0; q < L; ++q) {
+        const int64_t at = cursor[col[q]]++;
+        sorted_row[at] = row_of[q];
+        sorted_key[at] = hkey[q];
+      }
+      for (int64_t c = 0; c < C; ++c) {
+        for (int64_t at = start[c]; at < start[c + 1]; ++at) {
+          const int64_t r = sorted_row[at], f = first[r];
+          const int64_t s = c * Nb + f;
+          const int64_t j = search(zt, s, nsz[r], base[r] + zcol[c], uniform(sorted_key[at], 2)) - s;
+          jbuf[at] = j + f + n0;
+        }
+      }
+      std::copy(start.begin(), start.end() - 1, cursor.begin());
+      for (int64_t q = 0; q < L; ++q) pd[e0 + q] = jbuf[cursor[col[q]]++];
     }
   });
   return {src, dst, hd};

@@ -491,9 +491,14 @@ def test_straight_through_sign():
     assert g[1] < 0 < g[0]
 
 
-def test_edge_gate_backward_gradcheck():
+@pytest.mark.parametrize("native", [True, False])
+def test_edge_gate_backward_gradcheck(native, monkeypatch):
     """The gate's chunked backward is the gradient of p_e = Y_r · W_s (gradcheck with the value
-    forward, no clip), and the straight-through forward is 1 with the same, clipped, backward."""
+    forward, no clip), and the straight-through forward is 1 with the same, clipped, backward:
+    the compiled backward (``sbm_gate_backward``) and the sparse products of the torch path."""
+    from graphattn.producers import sbm_sampling
+
+    monkeypatch.setattr(sbm_sampling, "NATIVE_SAMPLERS", native)
     g = torch.Generator().manual_seed(0)
     Y = torch.rand(5, 2, 3, dtype=f64, generator=g, requires_grad=True)
     W = torch.rand(5, 2, 3, dtype=f64, generator=g, requires_grad=True)
@@ -748,3 +753,71 @@ def test_key_projection_matches_dense_p():
     Y, B, Z = random_sbm(5, 2, 3, seed=11)
     W = key_projection(Z, B)
     assert torch.allclose(torch.einsum("ihu,jhu->hij", Y, W), dense_p(Y, B, Z))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, f64])
+@pytest.mark.parametrize("need", [(True, True), (True, False), (False, True)])
+def test_compiled_gate_backward_equals_the_sparse_products(dtype, need, monkeypatch):
+    """``sbm_gate_backward`` against the torch path's two ``torch.sparse.mm`` products, on edges with
+    repeats and rows without edges: float64 to rounding, float32 to its precision (the sums run in
+    another order); an input that needs no gradient gets none."""
+    sbm_sampling = _native_ops_or_skip()
+    g = torch.Generator().manual_seed(3)
+    N, H, k, E = 40, 3, 16, 2000
+    Y0 = torch.randn(N, H, k, generator=g, dtype=dtype)
+    W0 = torch.randn(N, H, k, generator=g, dtype=dtype)
+    qi, kj = torch.randint(0, N - 5, (E,), generator=g), torch.randint(0, N, (E,), generator=g)
+    h = torch.randint(0, H, (E,), generator=g)
+    w = torch.randn(E, generator=g, dtype=dtype)
+
+    def grads():
+        Y, W = Y0.clone().requires_grad_(need[0]), W0.clone().requires_grad_(need[1])
+        gate = edge_gate(Y, W, qi, kj, h, clip=0.7)
+        gate.backward(w)
+        return Y.grad, W.grad
+
+    native = grads()
+    monkeypatch.setattr(sbm_sampling, "NATIVE_SAMPLERS", False)
+    reference = grads()
+    tol = {"rtol": 1e-12, "atol": 1e-12} if dtype == f64 else {"rtol": 1e-5, "atol": 1e-5}
+    for a, b, needed in zip(native, reference, need, strict=True):
+        assert (a is None) == (b is None) == (not needed)
+        if needed:
+            assert a.dtype == dtype and torch.allclose(a, b, **tol)
+    assert native[0] is None or torch.equal(native[0][N - 5:], torch.zeros_like(native[0][N - 5:]))
+
+
+def test_compiled_fastrg_draws_equal_the_torch_path_over_many_blocks(monkeypatch):
+    """Enough edges (about 40k) that the compiled draws run in several blocks of edges, pieces of
+    rows crossing block boundaries: still exactly the torch path's edges, in the same order."""
+    sbm_sampling = _native_ops_or_skip()
+    g = torch.Generator().manual_seed(9)
+    sizes, H, k = [150, 3, 120], 2, 3
+    N = sum(sizes)
+    Y = torch.rand(N, H, k, generator=g, dtype=f64)
+    Z = torch.rand(N, H, k, generator=g, dtype=f64)
+    B = torch.rand(H, k, k, generator=g, dtype=f64) * 3.0
+    _assert_same_draws(lambda: fastrg_sample(Y, B, Z, ptr_of(sizes), delta=0.02, chunk_size=30000,
+                                             generator=torch.Generator().manual_seed(2)),
+                       sbm_sampling, monkeypatch, least_edges=35000)
+
+
+def test_compiled_dedupe_equals_the_torch_path(monkeypatch):
+    """De-duplication through the compiled radix sort (the indices decoded from the sorted keys)
+    keeps the same edges, in the same order, with the same kinds, as torch's stable argsort."""
+    from graphattn import edgeset
+
+    _native_ops_or_skip()
+    g = torch.Generator().manual_seed(4)
+    sizes, H, k = [60, 1, 45], 2, 3
+    Y = torch.rand(sum(sizes), H, k, generator=g, dtype=f64)
+    B = torch.rand(H, k, k, generator=g, dtype=f64) * 4.0
+    edges, _ = fastrg_sample(Y, B, Y, ptr_of(sizes), delta=0.5,
+                             generator=torch.Generator().manual_seed(1))
+    assert edges.num_edges > 4 * edgeset.NATIVE_UNIQUE_MIN
+    native = dedupe(edges, sum(sizes), H)
+    monkeypatch.setattr(edgeset, "NATIVE_UNIQUE_MIN", None)
+    reference = dedupe(edges, sum(sizes), H)
+    assert native.num_edges < edges.num_edges and (native.kind == EXPLORATION).any()
+    for name in ("query", "key", "head", "kind"):
+        assert torch.equal(getattr(native, name), getattr(reference, name)), name
