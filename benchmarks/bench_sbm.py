@@ -19,6 +19,7 @@ load printed with every row.
 
     python benchmarks/bench_sbm.py                     # full grid, n up to 16384 (7 min, quiet 2-core box)
     python benchmarks/bench_sbm.py --quick             # n = 1024, 4096 only
+    python benchmarks/bench_sbm.py --kernels           # de-duplication and gate backward vs torch
 """
 
 from __future__ import annotations
@@ -102,6 +103,51 @@ def run_case(n: int, density: float, k: int, heads: int, graphs: int, repeats: i
     return row
 
 
+def compiled_against_torch(n: int, graphs: int, heads: int, k: int, density: float,
+                           repeats: int) -> dict:
+    """The two CPU kernels of the training step around the sampler, each against its torch path on
+    the same edges (the batch's fastRG multi-edges): the de-duplication (compiled radix sort against
+    ``torch.argsort(stable=True)``) and the edge gate's backward (compiled loop against two
+    ``torch.sparse.mm``). Process CPU time, median of ``repeats``."""
+    from graphattn import edgeset
+    from graphattn.producers import sbm_sampling
+    from graphattn.producers.sbm_sampling import edge_gate, key_projection
+
+    Y, S, Z, ptr = make_sbm(n, density, k, heads, graphs)
+    N = n * graphs
+    edges, _ = fastrg_sample(Y, S, Z, ptr, generator=torch.Generator().manual_seed(1))
+    W = key_projection(Z, S)
+    grad = torch.randn(edges.num_edges, generator=torch.Generator().manual_seed(2))
+
+    def dedupe_once() -> int:
+        return dedupe(edges, N, heads).num_edges
+
+    def gate_once() -> int:
+        y, w = Y.clone().requires_grad_(), W.clone().requires_grad_()
+        edge_gate(y, w, edges.query, edges.key, edges.head).backward(grad)
+        return edges.num_edges
+
+    out = {"n": n, "graphs": graphs, "heads": heads, "k": k, "density": density,
+           "edges": edges.num_edges}
+    for name, fn, module, flag, off in (("dedupe", dedupe_once, edgeset, "NATIVE_UNIQUE_MIN", None),
+                                        ("gate_backward", gate_once, sbm_sampling, "NATIVE_SAMPLERS",
+                                         False)):
+        times = {}
+        for label in ("compiled", "torch"):
+            old = getattr(module, flag)
+            if label == "torch":
+                setattr(module, flag, off)
+            try:
+                fn()
+                times[label] = statistics.median(timed(fn)[0] for _ in range(repeats))
+            finally:
+                setattr(module, flag, old)
+        out[f"{name}_compiled_ms"] = 1e3 * times["compiled"]
+        out[f"{name}_torch_ms"] = 1e3 * times["torch"]
+        out[f"{name}_speedup"] = times["torch"] / times["compiled"]
+    return out
+
+
 def markdown(rows: list[dict]) -> str:
     head = ("| n | graphs × heads | density | fastRG edges | fastRG CPU ms | ns/edge | +dedupe CPU ms | "
             "Bernoulli edges | Bernoulli CPU ms | Bernoulli / fastRG | Bernoulli / (fastRG+dedupe) |")
@@ -126,8 +172,20 @@ def main() -> None:
     p.add_argument("--no-batched", action="store_true",
                    help="skip the batched case (64 graphs of 512 nodes, 2 heads)")
     p.add_argument("--quick", action="store_true", help="sizes 1024 and 4096 only")
+    p.add_argument("--kernels", action="store_true",
+                   help="only the de-duplication and gate-backward kernels against their torch paths "
+                        "(128 graphs of 154 nodes, 4 heads, 23 %% density: a Peptides batch at "
+                        "initialisation)")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
+    if args.kernels:
+        row = compiled_against_torch(154, 128, 4, args.clusters, 0.23, args.repeats)
+        print(json.dumps(row))
+        print("\n| kernel | edges | compiled CPU ms | torch CPU ms | speed-up |\n|---|---|---|---|---|")
+        for name in ("dedupe", "gate_backward"):
+            print(f"| {name} | {row['edges']:.3g} | {row[name + '_compiled_ms']:.1f} | "
+                  f"{row[name + '_torch_ms']:.1f} | {row[name + '_speedup']:.2f}× |")
+        return
     sizes = [s for s in args.sizes if s <= 4096] if args.quick else args.sizes
     print(json.dumps({"loadavg": os.getloadavg(), "threads": args.threads, "torch": torch.__version__,
                       "cpus": os.cpu_count()}), flush=True)
