@@ -815,7 +815,8 @@ def unique_first(key: Tensor) -> tuple[Tensor, Tensor]:
     sorted_key = key[order]
     first = torch.ones_like(sorted_key, dtype=torch.bool)
     first[1:] = sorted_key[1:] != sorted_key[:-1]
-    return order[first], sorted_key[first]
+    runs = first.nonzero().view(-1)  # one host read for both results
+    return order[runs], sorted_key[runs]
 
 
 def _copy_edge_set(es: ES) -> ES:
