@@ -294,5 +294,12 @@ class EdgeProducer(nn.Module):
     def produce(self, ctx: ProducerContext) -> EdgeSet:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def in_warm_start(self) -> bool:
+        """Whether the next call still returns warm-start edges in place of this producer's own
+        (e.g. SAC's ``warm_start`` stage on the input edges). A model evaluated then is not this
+        producer's model, so the runner selects no epoch until every producer is out of it.
+        ``False`` by default."""
+        return False
+
     def extra_repr(self) -> str:
         return ""

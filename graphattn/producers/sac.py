@@ -248,6 +248,11 @@ class SAC(EdgeProducer):
         self.steps.zero_()
         self._shared = None
 
+    def in_warm_start(self) -> bool:
+        """``True`` while the training forward passes counted in ``steps`` are fewer than
+        ``warm_start`` (the next call returns the input edges)."""
+        return int(self.steps) < self.warm_start
+
     # ------------------------------------------------------------------------------ forward
     def produce(self, ctx: ProducerContext) -> EdgeSet:
         shared = self._shared_edges(ctx)

@@ -539,6 +539,14 @@ class Trainer:
                 res["val_loss"] = float(task_loss(task, torch.cat(outs), torch.cat(ys)))
         return res
 
+    def _in_warm_start(self) -> bool:
+        """Whether a producer of the model is still in its warm start
+        (:meth:`~graphattn.contract.EdgeProducer.in_warm_start`): its evaluations are recorded
+        (``warm_start`` in the history row) but never selected, and patience starts after it."""
+        from graphattn.contract import EdgeProducer
+
+        return any(m.in_warm_start() for m in self.model.modules() if isinstance(m, EdgeProducer))
+
     def _better(self, val: float, val_loss: float) -> bool:
         """Whether this evaluation is the new selected epoch: ``select="metric"`` the best
         validation metric (the first epoch reaching it), ``"loss"`` the lowest validation task
@@ -608,9 +616,12 @@ class Trainer:
                     or self.budget_hit):
                 # one forward pass gives every split of a node task; graph tasks evaluate the
                 # test split only for a new best validation epoch
+                warming = self._in_warm_start()  # before evaluate: it asks for the edges
                 res = self.evaluate(("val", "test") if self.task.level == "node" else ("val",))
                 row["val"], row["val_loss"] = res["val"], res["val_loss"]
-                if self._better(row["val"], row["val_loss"]):
+                if warming:  # the producers' warm-start edges, not their own: never selected
+                    row["warm_start"] = True
+                elif self._better(row["val"], row["val_loss"]):
                     row["test"] = res["test"] if "test" in res else self.evaluate(("test",))["test"]
                     self.best = {"epoch": self.epoch, "val": row["val"], "test": row["test"],
                                  "val_loss": row["val_loss"]}
@@ -632,6 +643,12 @@ class Trainer:
                 stopped = f"time budget of {cfg['time_budget']} min reached (mid-epoch {self.epoch})"
                 break
         bar.close()
+        warm_evaluations = sum(1 for r in self.history if r.get("warm_start"))
+        if self.best is None and warm_evaluations:
+            raise RuntimeError(
+                f"every evaluation ({warm_evaluations}) fell in a producer's warm start, "
+                "whose edges are not the producer's own, so no epoch could be selected: raise "
+                "'epochs' above the warm start (or lower 'warm_start')")
         if self.best is None:
             raise RuntimeError("no evaluation happened (the run has no epoch left to train; "
                                "raise --epochs or start a new --out)")

@@ -56,4 +56,11 @@ def test_shipped_config_runs_past_every_phase(path, mirror, tmp_path):
         # the last forward pass used the predicted edges, not the warm-start input edges
         stats = [s for s in r["edge_stats"] if s is not None]
         assert stats and all(not s.get("warm_start") for s in stats), stats
+        # the selected epoch is one of the producer's own edges, never a warm-start evaluation
+        import torch
+
+        history = torch.load(tmp_path / "run" / "seed0" / "last.pt", map_location="cpu",
+                             weights_only=False)["history"]
+        warm = [row["epoch"] for row in history if row.get("warm_start")]
+        assert warm and r["best_epoch"] > max(warm), (warm, r["best_epoch"])
     assert (tmp_path / "run" / "seed0" / "best.pt").exists()

@@ -292,3 +292,38 @@ def test_select_loss_keeps_the_lowest_validation_loss(mirror, tmp_path):
     assert ck["best"]["epoch"] == best["epoch"] and ck["best"]["val"] == best["val"]
     with pytest.raises(ValueError, match="'select'"):
         resolve_config({"select": "accuracy"})
+
+
+@register_producer("_warm_probe")
+class _WarmProbe(EdgeProducer):
+    """The input edges; "in its warm start" for the first ``warm`` training forward passes."""
+
+    def __init__(self, warm: int = 2) -> None:
+        super().__init__()
+        self.warm = warm
+        self.calls = 0
+
+    def in_warm_start(self) -> bool:
+        return self.calls < self.warm
+
+    def produce(self, ctx):
+        if ctx.training:
+            self.calls += 1
+        return EdgeSet(ctx.data.edge_index, num_heads=ctx.num_heads)
+
+
+def test_no_epoch_is_selected_in_a_warm_start(mirror, tmp_path):
+    """Evaluations while a producer is in its warm start (its edges are not its own) are recorded
+    with ``warm_start`` but never selected, and patience counts only after it; a run that never
+    leaves the warm start says so."""
+    cfg = {"task": "cora", "epochs": 5, "seeds": [0], "progress": False, "patience": 1,
+           "producer": {"name": "_warm_probe", "warm": 3}, "conv": "none"}
+    res = run_experiment({**cfg, "out": str(tmp_path / "a")})
+    (r,) = res["results"]
+    history = torch.load(tmp_path / "a" / "seed0" / "last.pt", weights_only=False)["history"]
+    flags = [row.get("warm_start", False) for row in history]
+    warm = flags.count(True)
+    assert warm >= 2 and flags[:warm] == [True] * warm  # the warm evaluations come first
+    assert r["best_epoch"] > warm and r["epochs_run"] >= warm + 1
+    with pytest.raises(RuntimeError, match="fell in a producer's warm start"):
+        run_experiment({**cfg, "epochs": 2, "out": str(tmp_path / "b")})
