@@ -28,7 +28,9 @@ as a global token); ``bigbird`` (3 random sources + the same window + global); `
 (input edges + a 3-regular expander + a virtual node); the paper mechanisms ``samsa`` (k = 32),
 ``sbm`` (the settings of ``examples/configs/sbm_*.toml``), ``sliceformer``, ``sac`` (the producer of
 ``examples/configs/sac_cora.toml``: one LSTM-predicted structure shared by the layers, greedy
-decoding, 100 warm-start steps on the input edges) and ``converter``.
+decoding, 100 warm-start steps on the input edges, plus a self-loop per node: without the GCN
+branch of that config a node that no predicted edge reaches would get no message at all, and the
+GAT it is compared with attends to itself too) and ``converter``.
 """
 
 from __future__ import annotations
@@ -84,7 +86,7 @@ ENTRANTS: dict[str, dict[str, Any]] = {
     "sliceformer": {"producer": "sliceformer"},
     "sac": {"producer": {"name": "sac", "shared": True, "policy": "lstm", "alpha": 1,
                          "all_nodes": True, "distance": "input_graph", "max_distance": 3,
-                         "decode": "greedy", "warm_start": 100}},
+                         "decode": "greedy", "warm_start": 100, "self_loops": True}},
     "converter": {"producer": "converter"},
 }
 
