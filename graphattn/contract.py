@@ -225,6 +225,10 @@ class EdgeProducer(nn.Module):
     #: every edge this producer emits has a virtual source (``>= N``), e.g. virtual nodes: its
     #: edges can never repeat a real edge (the ``union`` producer uses this to skip a sort)
     virtual_sources_only: ClassVar[bool] = False
+    #: the producer accepts ``channels=-1`` (sized lazily, or no parameters sized by the input);
+    #: ``False`` for those whose parameters need the input width at construction (SAMSA, the
+    #: Converter): a model reading raw features must then be given ``in_channels``
+    lazy_channels: ClassVar[bool] = True
 
     def __init__(self) -> None:
         super().__init__()

@@ -80,7 +80,8 @@ class HybridLayer(nn.Module):
             the residual skips are dropped then.
         output_layer (bool): the layer produces the model's output (e.g. class logits, as the last
             layer of GCN / GAT): no dropout, activation, norm, output projection, residual or FFN;
-            the attention heads are averaged (each of width ``channels``).
+            the attention heads are averaged (each of width ``channels``), or, for a producer
+            that fixes the head size (Sliceformer), concatenated (``channels`` heads of size 1).
         ffn (bool): the feed-forward sub-block (with its own residual). Without it the activation
             ``act`` is applied to the branch sum instead, so the layer stays non-linear:
             :math:`\text{out} = \operatorname{act}(h^{\text{loc}} + h^{\text{glob}})`.
@@ -135,17 +136,19 @@ class HybridLayer(nn.Module):
             )
             attn_heads = heads
             head_size = getattr(self.producer, "head_size", None)
-            if head_size is not None and not output_layer:
+            if head_size is not None:
                 if channels % head_size:
                     raise ValueError(f"'channels' ({channels}) must be divisible by the producer's "
                                      f"head_size ({head_size})")
                 attn_heads = channels // head_size
-            # an output layer averages heads of the full width (GAT's output layer)
+            # an output layer averages heads of the full width (GAT's output layer), unless the
+            # producer fixes the head size (Sliceformer): then its heads are concatenated
+            concat = not output_layer or head_size is not None
             self.attn: EdgeAttention | None = EdgeAttention(
                 in_c,
-                channels if output_layer else channels // attn_heads,
+                channels // attn_heads if concat else channels,
                 heads=attn_heads,
-                concat=not output_layer,
+                concat=concat,
                 dropout=attn_dropout,
                 edge_dim=edge_dim,
                 mode=self.producer.mode,

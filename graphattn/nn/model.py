@@ -138,6 +138,9 @@ class GraphTransformer(nn.Module):
         attn_kwargs, producer_kwargs (dict, optional), residual, ffn (bool): forwarded to every
             :class:`HybridLayer`. Producers whose constructor takes ``layer`` / ``num_layers`` also
             receive their 0-based layer index and :math:`L` by default.
+        in_channels (int): width of the raw features the first layer reads without a node encoder
+            (``-1``: lazily sized on the first call). Producers with parameters sized by their
+            input (SAMSA's importance network, the Converter's) need it there.
     """
 
     #: set by presets that build their own blocks (SAMSA, Converter): no HybridLayers are built
@@ -173,6 +176,7 @@ class GraphTransformer(nn.Module):
         producer_kwargs: dict[str, Any] | None = None,
         residual: bool = True,
         ffn: bool = True,
+        in_channels: int = -1,
     ) -> None:
         super().__init__()
         if task not in ("node", "graph"):
@@ -213,7 +217,7 @@ class GraphTransformer(nn.Module):
                     # one instance serves every layer (parameters shared; e.g. SAC predicts one
                     # structure). It is sized for the first layer's input: the raw features
                     # (lazily sized) without a node encoder, the hidden width with one.
-                    first_in = -1 if node_encoder is None else hidden_channels
+                    first_in = in_channels if node_encoder is None else hidden_channels
                     producer = build_producer(producer, **producer_defaults(first_in, heads,
                                                                             producer_kwargs))
             producers = (
@@ -243,7 +247,7 @@ class GraphTransformer(nn.Module):
                     producer_kwargs={"layer": i, "num_layers": n, **(producer_kwargs or {})},
                     residual=residual,
                     ffn=ffn,
-                    in_channels=-1 if (i == 0 and node_encoder is None) else hidden_channels,
+                    in_channels=in_channels if (i == 0 and node_encoder is None) else hidden_channels,
                     output_layer=head_layers == 0 and i == n - 1,
                 )
                 for i, p in enumerate(producers)

@@ -15,7 +15,7 @@ operator is **not** permutation-equivariant.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -202,6 +202,8 @@ class ConverterProducer(EdgeProducer):
 
     mode = "weighted"
 
+    lazy_channels: ClassVar[bool] = False  # parameters sized by the input width
+
     def __init__(
         self,
         channels: int,
@@ -217,6 +219,10 @@ class ConverterProducer(EdgeProducer):
         gamma_offset: float = 0.0,
     ) -> None:
         super().__init__()
+        if channels == -1:
+            raise ValueError("ConverterProducer sizes its parameters by the input width: 'channels' = -1 "
+                             "(lazy) is not supported; give the model in_channels= (the raw feature "
+                             "width) or a node encoder")
         self.channels = check_positive_int("channels", channels)
         self.order = check_positive_int("order", order, allow_zero=True)
         if kernel not in KERNELS:

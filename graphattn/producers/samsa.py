@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -185,6 +185,8 @@ class SAMSA(EdgeProducer):
             mode; a larger batch raises a :class:`ValueError` (lower the batch size or ``k``).
     """
 
+    lazy_channels: ClassVar[bool] = False  # parameters sized by the input width
+
     def __init__(
         self,
         channels: int,
@@ -200,6 +202,10 @@ class SAMSA(EdgeProducer):
         max_pairs: int = 2**28,
     ) -> None:
         super().__init__()
+        if channels == -1:
+            raise ValueError("SAMSA sizes its parameters by the input width: 'channels' = -1 "
+                             "(lazy) is not supported; give the model in_channels= (the raw feature "
+                             "width) or a node encoder")
         self.channels = check_positive_int("channels", channels)
         self.num_heads = check_positive_int("num_heads", num_heads)
         self.k = check_positive_int("k", k)

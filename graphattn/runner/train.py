@@ -82,7 +82,43 @@ def build_model(cfg: dict[str, Any], task: Task) -> GraphTransformer:
     for name in getattr(cls, "UNUSED_ARGS", {}):
         if name in DEFAULTS and cfg[name] in (DEFAULTS[name], task_defaults.get(name, DEFAULTS[name])):
             kwargs.pop(name, None)
+    if (kwargs["node_encoder"] is None and not getattr(cls, "builds_own_layers", False)
+            and "in_channels" not in (cfg.get("model_kwargs") or {})
+            and not all(getattr(c, "lazy_channels", True) for c in _producer_classes(kwargs["producer"]))):
+        # the first layer reads the raw features and its producer cannot size itself lazily
+        # (SAMSA, the Converter): it is given the features' width (other models keep their lazy
+        # first layer, whose initialisation order the published runs depend on)
+        width = _float_feature_width(task)
+        if width is not None:
+            kwargs["in_channels"] = width
     return cls(**kwargs, **dict(cfg.get("model_kwargs") or {}))
+
+
+def _producer_classes(spec: Any) -> list[type]:
+    """The registered producer classes a spec names (a union's parts too); unknown names are left
+    to the model to report."""
+    from graphattn.producers.registry import PRODUCERS
+
+    if isinstance(spec, str):
+        return [PRODUCERS[spec]] if spec in PRODUCERS else []
+    if isinstance(spec, dict):
+        out = [PRODUCERS[spec["name"]]] if spec.get("name") in PRODUCERS else []
+        for part in spec.get("producers") or []:
+            out += _producer_classes(part)
+        return out
+    if isinstance(spec, (list, tuple)):
+        return [c for part in spec for c in _producer_classes(part)]
+    return [type(spec)] if spec is not None else []
+
+
+def _float_feature_width(task: Task) -> int | None:
+    """The width of the task's floating-point node features (``None``: integer, absent or
+    unknown), read from its graph (node tasks) or first training graph."""
+    graph = task.graph if task.level == "node" else (task.splits.get("train") or [None])[0]
+    x = getattr(graph, "x", None)
+    if not isinstance(x, torch.Tensor) or x.dim() != 2 or not x.is_floating_point():
+        return None
+    return int(x.size(1))
 
 
 def _node_encoder(cfg: dict[str, Any], md: dict[str, Any]) -> str | None:

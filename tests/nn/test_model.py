@@ -174,3 +174,25 @@ def test_a_caller_generator_makes_the_expander_draw_in_every_layer():
     model = GraphTransformer(16, 3, num_layers=2, producer={"name": "expander", "degree": 2})
     _, signals = model(batch, generator=torch.Generator().manual_seed(0), return_signals=True)
     assert signals.edge_sets[0] is not signals.edge_sets[1]
+
+
+def test_raw_feature_models_with_producers_that_need_the_input_width():
+    """Without a node encoder the first layer reads the raw features: SAMSA and the Converter,
+    whose parameters are sized by their input, need ``in_channels`` (a clear error otherwise);
+    Sliceformer's heads of size 1 also make the output layer (``head_layers=0``: concatenated
+    single-channel heads, not averaged full-width ones)."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(9, 11, generator=g)
+    ei = torch.tensor([[0, 1, 2, 3, 4, 5, 6, 7], [1, 2, 3, 4, 5, 6, 7, 8]])
+    data = Data(x=x, edge_index=ei)
+    for producer in ("samsa", "converter"):
+        with pytest.raises(ValueError, match="in_channels="):
+            GraphTransformer(16, 3, num_layers=2, producer=producer, node_encoder=None,
+                             head_layers=0, task="node")
+        model = GraphTransformer(16, 3, num_layers=2, producer={"name": producer}, heads=2,
+                                 node_encoder=None, head_layers=0, task="node", in_channels=11)
+        assert model(data).shape == (9, 3)
+    model = GraphTransformer(16, 3, num_layers=2, producer="sliceformer", node_encoder=None,
+                             head_layers=0, task="node")
+    assert model(data).shape == (9, 3)
+    assert model.layers[-1].attn.heads == 3  # three heads of one channel each
