@@ -3,6 +3,7 @@ written atomically and resumable bit-for-bit."""
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
 import random
@@ -82,7 +83,9 @@ def build_model(cfg: dict[str, Any], task: Task) -> GraphTransformer:
     for name in getattr(cls, "UNUSED_ARGS", {}):
         if name in DEFAULTS and cfg[name] in (DEFAULTS[name], task_defaults.get(name, DEFAULTS[name])):
             kwargs.pop(name, None)
-    if (kwargs["node_encoder"] is None and not getattr(cls, "builds_own_layers", False)
+    if ("node_encoder" in kwargs and kwargs["node_encoder"] is None
+            and not getattr(cls, "builds_own_layers", False)
+            and "in_channels" in inspect.signature(cls).parameters
             and "in_channels" not in (cfg.get("model_kwargs") or {})
             and not all(getattr(c, "lazy_channels", True) for c in _producer_classes(kwargs["producer"]))):
         # the first layer reads the raw features and its producer cannot size itself lazily
