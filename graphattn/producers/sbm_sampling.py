@@ -297,9 +297,9 @@ def _graph_blocks(ptr: Tensor, heads: int, k: int, max_table: int) -> list[tuple
     return list(zip([0, *ends[:-1]], ends, strict=True))
 
 
-#: use the compiled loops of the samplers (fastRG's per-edge draws, Bernoulli's per-pair uniforms, the edge
-#: gate's backward)
-#: on the CPU when the extension is available (``False`` forces the torch paths: the same edges)
+#: use the compiled loops of the samplers (fastRG's per-edge draws, Bernoulli's per-pair uniforms,
+#: the edge gate's backward) on the CPU when the extension is available (``False`` forces the torch
+#: paths: the same edges, the same gradients up to summation order)
 NATIVE_SAMPLERS = True
 
 
@@ -621,20 +621,18 @@ class _EdgeGate(Function):
             grad = grad.clamp(-ctx.clip, ctx.clip)
         # ∂p_e/∂Y[r_e] = W[s_e], ∂p_e/∂W[s_e] = Y[r_e]: two sparse-dense products with the
         # [NH, NH] matrix of the edge gradients (no [E, k] temporaries)
-        gY = gW = None
         need_y, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
-        ops = _native_sampler_ops(Y) if need_y or need_w else None
+        if not (need_y or need_w):
+            return None, None, None, None, None, None, None
+        ops = _native_sampler_ops(Y)
         if ops is not None and hasattr(ops, "sbm_gate_backward"):  # the same sums, compiled
             gY, gW = ops.sbm_gate_backward(Y, W, rows_q, rows_k, grad.to(Y.dtype), need_y, need_w)
-            return (gY if need_y else None), (gW if need_w else None), None, None, None, None, None
-        if need_y or need_w:
+        else:
             A = torch.sparse_coo_tensor(torch.stack([rows_q, rows_k]), grad.contiguous(),
                                         (Y.size(0), W.size(0)), check_invariants=False)
-            if need_y:
-                gY = torch.sparse.mm(A, W)
-            if need_w:
-                gW = torch.sparse.mm(A.t(), Y)
-        return gY, gW, None, None, None, None, None
+            gY = torch.sparse.mm(A, W) if need_y else None
+            gW = torch.sparse.mm(A.t(), Y) if need_w else None
+        return (gY if need_y else None), (gW if need_w else None), None, None, None, None, None
 
 
 def edge_gate(
