@@ -36,6 +36,17 @@ def check_positive_int(name: str, value: Any, *, allow_zero: bool = False) -> in
     return value
 
 
+def check_sized_channels(owner: str, channels: Any) -> int:
+    """``channels`` of a producer whose parameters need the input width at construction
+    (``lazy_channels = False``: SAMSA, the Converter): ``-1`` (lazy) is refused with what to do
+    instead, anything else must be a positive int."""
+    if channels == -1 and not isinstance(channels, bool):
+        raise ValueError(f"{owner} sizes its parameters by the input width: 'channels' = -1 (lazy) is "
+                         f"not supported; give the model in_channels= (the raw feature width) or a "
+                         f"node encoder")
+    return check_positive_int("channels", channels)
+
+
 def check_int(name: str, value: Any) -> int:
     """Validates an integer argument of any sign (a seed): a bool, a float or a string is refused."""
     if isinstance(value, bool) or not isinstance(value, int):

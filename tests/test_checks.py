@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from graphattn.checks import all_finite, check_number
+from graphattn.checks import all_finite, check_number, check_sized_channels
 
 
 @pytest.mark.parametrize("value", [0, -2, 1.5, 3])
@@ -58,3 +58,22 @@ def test_all_finite_other_tensors():
     x = torch.randn(4, requires_grad=True)
     out = all_finite(x)
     assert out.dtype == torch.bool and out.shape == () and not out.requires_grad
+
+
+def test_check_sized_channels_refuses_lazy_and_names_the_remedy():
+    assert check_sized_channels("P", 8) == 8
+    with pytest.raises(ValueError, match=r"P sizes its parameters by the input width: 'channels' = "
+                                         r"-1 \(lazy\) is not supported; give the model in_channels="):
+        check_sized_channels("P", -1)
+    for bad in (0, True, 2.0):
+        with pytest.raises(ValueError, match="'channels' must be a positive int"):
+            check_sized_channels("P", bad)
+
+
+@pytest.mark.parametrize("name", ["samsa", "converter"])
+def test_producers_sized_by_the_input_refuse_lazy_channels(name):
+    from graphattn.producers.registry import PRODUCERS, build_producer
+
+    assert PRODUCERS[name].lazy_channels is False
+    with pytest.raises(ValueError, match="'channels' = -1 \\(lazy\\) is not supported"):
+        build_producer(name, channels=-1, heads=2, num_heads=2)

@@ -1,12 +1,13 @@
 """Models: the hybrid layer, the stacked graph transformer, mechanism presets, and the registry."""
 
 from graphattn.nn.dropout import Dropout
+from graphattn.nn.edge_gcn import EdgeGCNConv
 from graphattn.nn.hybrid import HybridLayer
 from graphattn.nn.model import GraphTransformer, positional_encoding
 from graphattn.nn.registry import MODELS, get_model, register_model
 
-# mechanism presets and the citation anchors (they register themselves by name)
-from graphattn.nn import baselines, converter, propagation, samsa  # noqa: F401  isort: skip
+# mechanism presets and the anchors (they register themselves by name)
+from graphattn.nn import baselines, converter, gcn_plus, propagation, samsa  # noqa: F401  isort: skip
 
-__all__ = ["MODELS", "Dropout", "GraphTransformer", "HybridLayer", "get_model", "positional_encoding",
-           "register_model"]
+__all__ = ["MODELS", "Dropout", "EdgeGCNConv", "GraphTransformer", "HybridLayer", "get_model",
+           "positional_encoding", "register_model"]

@@ -19,7 +19,9 @@ from torch_geometric.nn import (
 )
 from torch_geometric.nn.resolver import activation_resolver, normalization_resolver
 
-CONVS = ("gcn", "gin", "gine", "gat", "sage", "resgated")
+from graphattn.nn.edge_gcn import EdgeGCNConv
+
+CONVS = ("gcn", "gcne", "gin", "gine", "gat", "sage", "resgated")
 
 
 def make_norm(name: str | None, channels: int) -> tuple[nn.Module | None, bool]:
@@ -60,6 +62,8 @@ def make_conv(conv: str | MessagePassing | None, channels: int, *, heads: int = 
     i = channels if in_channels is None else in_channels
     if conv == "gcn":
         return GCNConv(i, channels)
+    if conv == "gcne":  # GCN+'s edge-aware convolution
+        return EdgeGCNConv(i, channels, edge_dim=edge_dim)
     if conv == "gin":
         return GINConv(_mlp(channels, i))
     if conv == "gine":

@@ -10,6 +10,7 @@ from graphattn.checks import (
     check_number,
     check_positive_int,
     check_rate,
+    check_sized_channels,
     resolve_num_heads,
 )
 from graphattn.contract import EdgeProducer, ProducerContext
@@ -24,5 +25,6 @@ __all__ = [
     "check_number",
     "check_positive_int",
     "check_rate",
+    "check_sized_channels",
     "resolve_num_heads",
 ]

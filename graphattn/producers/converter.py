@@ -30,6 +30,7 @@ from graphattn.producers.base import (
     check_dtype,
     check_number,
     check_positive_int,
+    check_sized_channels,
 )
 from graphattn.producers.converter_ops import (
     KERNELS,
@@ -219,11 +220,7 @@ class ConverterProducer(EdgeProducer):
         gamma_offset: float = 0.0,
     ) -> None:
         super().__init__()
-        if channels == -1:
-            raise ValueError("ConverterProducer sizes its parameters by the input width: 'channels' = -1 "
-                             "(lazy) is not supported; give the model in_channels= (the raw feature "
-                             "width) or a node encoder")
-        self.channels = check_positive_int("channels", channels)
+        self.channels = check_sized_channels("ConverterProducer", channels)
         self.order = check_positive_int("order", order, allow_zero=True)
         if kernel not in KERNELS:
             raise ValueError(f"'kernel' must be one of {KERNELS}, got {kernel!r}")

@@ -29,6 +29,7 @@ from graphattn.producers.base import (
     check_dtype,
     check_number,
     check_positive_int,
+    check_sized_channels,
 )
 from graphattn.producers.keyed_random import KeyedRandom
 from graphattn.producers.registry import register_producer
@@ -202,11 +203,7 @@ class SAMSA(EdgeProducer):
         max_pairs: int = 2**28,
     ) -> None:
         super().__init__()
-        if channels == -1:
-            raise ValueError("SAMSA sizes its parameters by the input width: 'channels' = -1 "
-                             "(lazy) is not supported; give the model in_channels= (the raw feature "
-                             "width) or a node encoder")
-        self.channels = check_positive_int("channels", channels)
+        self.channels = check_sized_channels("SAMSA", channels)
         self.num_heads = check_positive_int("num_heads", num_heads)
         self.k = check_positive_int("k", k)
         self.tau = check_number("tau", tau, minimum=0, strict=True)

@@ -9,9 +9,9 @@ from __future__ import annotations
 PRODUCER_NAMES = ("input", "full", "window", "global", "knn", "random", "expander", "virtual", "union",
                   "samsa", "sbm", "sliceformer", "sac", "converter")
 #: the models the package registers (``graphattn run --model NAME``)
-MODEL_NAMES = ("hybrid", "samsa", "converter", "gcn", "gat", "grand")
+MODEL_NAMES = ("hybrid", "samsa", "converter", "gcn", "gat", "grand", "gcnplus")
 #: the benchmark tasks (``graphattn run --task NAME``)
 TASK_NAMES = ("cora", "citeseer", "pubmed", "peptides-func", "peptides-struct", "mutag", "proteins",
               "enzymes", "listops", "fashion-mnist", "geometric-shapes", "ucr")
 #: local message-passing layers (``graphattn run --conv NAME``)
-CONV_NAMES = ("gcn", "gin", "gine", "gat", "sage", "resgated")
+CONV_NAMES = ("gcn", "gcne", "gin", "gine", "gat", "sage", "resgated")
