@@ -151,3 +151,21 @@ def test_runs_through_the_runner(mirror, tmp_path):
     r = res["results"][0]
     assert res["summary"]["model"] == "gcnplus" and r["epochs_run"] == 2
     assert 0.0 <= r["test"] <= 1.0
+
+
+def test_trains_and_evaluates_on_device(device):
+    data = _molecules()
+    torch.manual_seed(0)
+    model = _model().eval()
+    with torch.no_grad():
+        expected = model(data)
+    model.to(device)
+    data = data.to(device)
+    with torch.no_grad():
+        out = model(data)
+    assert out.device.type == device
+    torch.testing.assert_close(out.cpu(), expected, rtol=1e-4, atol=1e-4)
+    model.train()
+    model(data).sum().backward()
+    grads = [p.grad for p in model.parameters()]
+    assert all(g is not None and g.device.type == device and torch.isfinite(g).all() for g in grads)
