@@ -42,10 +42,17 @@ from torch_geometric.nn import Linear
 from torch_geometric.nn.resolver import activation_resolver
 
 from graphattn.edgeset import check_graph_inputs
-from graphattn.nn.blocks import EdgeEncoder, NodeEncoder, apply_norm, make_norm, random_sign_flip
+from graphattn.nn.blocks import EdgeEncoder, NodeEncoder, apply_norm, make_norm
 from graphattn.nn.dropout import Dropout
 from graphattn.nn.edge_gcn import EdgeGCNConv
-from graphattn.nn.model import PE_ATTRS, POOLS, check_model_args, check_unused_args, graph_count
+from graphattn.nn.model import (
+    PE_ATTRS,
+    POOLS,
+    check_model_args,
+    check_unused_args,
+    graph_count,
+    read_positional_encoding,
+)
 from graphattn.nn.registry import register_model
 from graphattn.producers.base import check_channels
 from graphattn.signals import TrainingSignals
@@ -175,12 +182,7 @@ class GCNPlus(nn.Module):
         h = x if self.node_encoder is None else self.node_encoder(x)
         if self.pe_encoder is not None:
             assert self.pe_norm is not None
-            pe = getattr(data, self.pe_attr, None)
-            if pe is None:
-                raise ValueError(f"pe={self.pe!r} reads data.{self.pe_attr}; add the PyG transform "
-                                 f"that writes it (see graphattn.nn.positional_encoding)")
-            if self.pe == "laplacian":
-                pe = random_sign_flip(pe, self.training)
+            pe = read_positional_encoding(data, self.pe, self.pe_attr, self.training)
             h = torch.cat([h, self.pe_encoder(self.pe_norm(pe.to(h.dtype)))], dim=-1)
         edge_attr = getattr(data, "edge_attr", None)
         if self.edge_encoder is None or edge_attr is None:

@@ -84,6 +84,17 @@ def sinusoidal(pos: Tensor, dim: int) -> Tensor:
     return torch.cat([ang.sin(), ang.cos()], -1).reshape(pos.size(0), -1)
 
 
+def read_positional_encoding(data: Any, pe: str | None, attr: str, training: bool) -> Tensor:
+    """``data.<attr>``, the encoding ``pe`` the runner's transform wrote (a :class:`ValueError`
+    saying which transform writes it when absent); Laplacian eigenvectors get a random sign flip
+    per eigenvector in training (:func:`random_sign_flip`)."""
+    value = getattr(data, attr, None)
+    if value is None:
+        raise ValueError(f"pe={pe!r} reads data.{attr}; add the PyG transform that writes it (see "
+                         f"graphattn.nn.positional_encoding)")
+    return random_sign_flip(value, training) if pe == "laplacian" else value
+
+
 def graph_count(data: Any, batch: Tensor) -> int:
     """``data.num_graphs`` (a PyG ``Batch``), else the largest graph id + 1 (one host read), else 1."""
     n = getattr(data, "num_graphs", None)
@@ -280,15 +291,8 @@ class GraphTransformer(nn.Module):
         if not x.is_floating_point():
             h = fast_dropout(h, self.input_dropout, self.training)
         if self.pe_encoder is not None:
-            pe = getattr(data, self.pe_attr, None)
-            if pe is None:
-                raise ValueError(
-                    f"pe={self.pe!r} reads data.{self.pe_attr}; add the PyG transform that writes "
-                    f"it (see graphattn.nn.positional_encoding)"
-                )
-            if self.pe == "laplacian":
-                pe = random_sign_flip(pe, self.training)
-            elif self.pe == "position":
+            pe = read_positional_encoding(data, self.pe, self.pe_attr, self.training)
+            if self.pe == "position":
                 pe = sinusoidal(pe, self.pe_dim)
             h = h + self.pe_encoder(pe.to(h.dtype))
         return h, self._edge_attr(data)
