@@ -15,7 +15,8 @@ Suites (``--suite``):
 * ``peptides`` — LRGB Peptides-func, batches of 128 graphs (first batches of the training split
   in a seeded order), hidden 96, 4 layers, 4 heads, a GINE local branch, atom / bond encoders, no
   positional encoding. graphattn: every registered producer in the hybrid model (SAMSA with
-  ``k = 32``, the Exphormer union ``input ∪ expander(3) ∪ virtual``, kNN in feature space), and
+  ``k = 32``, the Exphormer union ``input ∪ expander(3) ∪ virtual``, kNN in feature space, SAC
+  with the paper's LSTM decoder and with the parallel policy over all nodes, 32 and 16 candidates), and
   the SAMSA and Converter presets. Anchors: PyG ``GPSConv(GINEConv, heads=4, multihead)``,
   ``GATConv``, ``GCNConv``, ``GINEConv`` models of the same width and depth.
 * ``cora`` — the README's main job (``examples/configs/cora.toml``: GCN branch + attention over the
@@ -74,6 +75,9 @@ PEPTIDES_PRODUCERS: dict[str, Any] = {
     "sbm": "sbm",
     "sliceformer": "sliceformer",
     "sac": "sac",
+    "sac (parallel policy)": {"name": "sac", "policy": "parallel"},
+    "sac (parallel, 32 candidates)": {"name": "sac", "policy": "parallel", "num_candidates": 32},
+    "sac (parallel, 16 candidates)": {"name": "sac", "policy": "parallel", "num_candidates": 16},
     "converter": "converter",
 }
 LISTOPS_PRODUCERS = ("full", "window", "global", "random", "samsa", "sbm", "sliceformer", "converter")
