@@ -60,11 +60,12 @@ class SBMEdges(EdgeProducer):
 
     .. math::
         S_h = \operatorname{softmax}_{(u,v)}(C_h C_h^\top), \qquad
-        \hat Q_h = \sigma(\operatorname{MLP}(Q_h) C_h^\top), \qquad
-        \hat K_h = \sigma(\operatorname{MLP}(K_h) C_h^\top), \qquad
+        \hat Q_h = \sigma(\operatorname{MLP}(Q_h) C_h^\top + b), \qquad
+        \hat K_h = \sigma(\operatorname{MLP}(K_h) C_h^\top + b), \qquad
         p_{ij}^h = \hat Q_{h,i}\, S_h\, \hat K_{h,j}^\top \in (0, 1),
 
-    the softmax running over all :math:`k^2` entries (:math:`\sum_{uv} S_{uv} = 1`). Within every graph,
+    the softmax running over all :math:`k^2` entries (:math:`\sum_{uv} S_{uv} = 1`) and :math:`b` a
+    constant logit offset, 0 in the paper (see ``init_density``). Within every graph,
     query :math:`i` attends to the sampled keys :math:`j` (edge :math:`j \to i` in head :math:`h`):
 
     * ``sampler="fastrg"`` — exact fastRG (Alg. 1), linear in the number of edges: multiplicities
@@ -132,6 +133,14 @@ class SBMEdges(EdgeProducer):
         reg_weight (float): multiplies :math:`L_s` in ``aux_loss`` (e.g. ``1 / num_layers`` for the
             code's mean over layers).
         eval_seed (int, optional): seed of the evaluation generator.
+        init_density (float, optional): the mean edge probability :math:`\bar p` at initialisation,
+            in :math:`(0, 1)`. ``None`` (the paper): :math:`b = 0`, so :math:`\hat Q \approx \hat K
+            \approx 1/2` and :math:`\bar p \approx 1/4`. Otherwise :math:`b =
+            \operatorname{logit}(\bar p^{1/2})`, so :math:`\hat Q \approx \hat K \approx \bar p^{1/2}`
+            (the initial logits :math:`\operatorname{MLP}(x) C^\top` are near 0). A departure from the
+            paper, for speed: at :math:`\bar p = 1/4` the sampled graph holds a quarter of all pairs,
+            which costs more than dense attention; the model can still learn any density, the MLP's
+            bias cancelling :math:`b`. :math:`\delta` is added on top.
         chunk_size (int): fastRG draws (and gate-backward edges) processed at once.
     """
 
@@ -150,6 +159,7 @@ class SBMEdges(EdgeProducer):
         reg_weight: float = 1.0,
         eval_seed: int | None = 0,
         chunk_size: int = 1 << 20,
+        init_density: float | None = None,
         *,
         heads: int | None = None,
     ) -> None:
@@ -174,6 +184,13 @@ class SBMEdges(EdgeProducer):
             raise ValueError(f"'eval_seed' must be an int or None, got {eval_seed!r}")
         self.eval_seed = eval_seed
         self.chunk_size = check_positive_int("chunk_size", chunk_size)
+        if init_density is not None:
+            init_density = check_number("init_density", init_density, minimum=0, strict=True)
+            if init_density >= 1:
+                raise ValueError(f"'init_density' must be in (0, 1), got {init_density!r}")
+        self.init_density = init_density
+        root = 0.5 if init_density is None else math.sqrt(init_density)
+        self.logit_offset = math.log(root / (1 - root))  # b; 0 for the paper's init
         self.register_parameter("clusters", None)
         self.register_module("proj", None)
         if self.heads is not None and self.head_dim is not None:
@@ -228,7 +245,8 @@ class SBMEdges(EdgeProducer):
             self._materialise(q.size(1), q.size(2), q)
         assert self.proj is not None
         C = self.clusters
-        return memberships(q, self.proj, C), block_matrix(C), memberships(k, self.proj, C)
+        b = self.logit_offset
+        return memberships(q, self.proj, C, b), block_matrix(C), memberships(k, self.proj, C, b)
 
     def draw(self, Y: Tensor, S: Tensor, Z: Tensor, ptr: Tensor, *, delta: float,
              generator: torch.Generator | KeyedRandom | None,
@@ -298,8 +316,8 @@ class SBMEdges(EdgeProducer):
                         what=f"SBMEdges (delta={delta:g}, {H} heads) on {N:,} nodes, expected from the "
                         f"current memberships,",
                         how_to_lower="use smaller graphs or batches or fewer heads, lower delta, or train "
-                        "towards sparser graphs (reg_weight); at initialisation about a quarter of all "
-                        "pairs is drawn")
+                        "towards sparser graphs (reg_weight) or start sparser (init_density); at "
+                        "initialisation about init_density (default a quarter) of all pairs is drawn")
 
         return check
 
@@ -326,7 +344,8 @@ class SBMEdges(EdgeProducer):
     def extra_repr(self) -> str:
         return (f"heads={self.heads}, head_dim={self.head_dim}, num_clusters={self.num_clusters}, "
                 f"sampler={self.sampler!r}, delta={self.delta}, dedupe={self.dedupe}, "
-                f"self_loops={self.self_loops}, ste={self.ste!r}")
+                f"self_loops={self.self_loops}, ste={self.ste!r}"
+                + ("" if self.init_density is None else f", init_density={self.init_density}"))
 
 
 def _graph_sorted(ctx: ProducerContext) -> tuple[Tensor | None, Tensor]:

@@ -96,10 +96,12 @@ def block_matrix(clusters: Tensor) -> Tensor:
     return torch.softmax(logits.reshape(H, k * k), dim=-1).view(H, k, k)
 
 
-def memberships(x: Tensor, proj: torch.nn.Module, clusters: Tensor) -> Tensor:
-    r"""``[N, H, k]`` = :math:`\sigma(\operatorname{MLP}(x_h) C_h^\top)` for ``x [N, H, d]`` (one MLP
-    shared by all heads, per-head clusters ``[H, k, d]``)."""
-    return torch.sigmoid(torch.einsum("nhd,hkd->nhk", proj(x), clusters))
+def memberships(x: Tensor, proj: torch.nn.Module, clusters: Tensor, offset: float = 0.0) -> Tensor:
+    r"""``[N, H, k]`` = :math:`\sigma(\operatorname{MLP}(x_h) C_h^\top + b)` for ``x [N, H, d]`` (one MLP
+    shared by all heads, per-head clusters ``[H, k, d]``, a constant logit offset :math:`b`, 0 in the
+    paper)."""
+    logits = torch.einsum("nhd,hkd->nhk", proj(x), clusters)
+    return torch.sigmoid(logits + offset if offset else logits)
 
 
 def key_projection(Z: Tensor, B: Tensor) -> Tensor:

@@ -147,6 +147,36 @@ def test_p_range_and_init_density():
     assert ((p > 0) & (p < 1)).all()
 
 
+@pytest.mark.parametrize("target", [0.02, 0.05, 0.5])
+def test_init_density_sets_the_initial_mean_p(target):
+    """``init_density``: the same init with the logit offset logit(sqrt(p̄)) gives mean p = p̄ (the
+    initial logits are near 0), and the sampled graph's density follows it (fastRG, δ = 0)."""
+    torch.manual_seed(0)
+    layer = EdgeAttention(64, 32, heads=2)
+    prod = SBMEdges(heads=2, head_dim=32, num_clusters=128, init_density=target, delta=0.0)
+    x = F.layer_norm(torch.randn(512, 64), (64,))
+    q, k = layer.lin_query(x).view(-1, 2, 32), layer.lin_key(x).view(-1, 2, 32)
+    with torch.no_grad():
+        Y, S, Z = prod.sbm(q, k)
+        lam = expected_num_edges(Y.double(), S.double(), Z.double(), ptr_of([512]))
+    mean_p = lam / 512**2
+    assert ((mean_p - target).abs() < 0.05 * target).all(), mean_p
+    prod.train()
+    with torch.no_grad():
+        _, es = run_layer(layer, prod, x)
+    # fastRG keeps a pair with probability 1 - exp(-p); 2 heads x 512^2 draws, so the sd is tiny
+    drawn = es.num_edges / (2 * 512**2)
+    expected = float((1 - torch.exp(-dense_p(Y.double(), S.double(), Z.double()))).mean())
+    assert abs(drawn - expected) < 0.02 * expected + 1e-3, (drawn, expected)
+    assert "init_density=" in repr(prod)
+
+
+@pytest.mark.parametrize("bad", [0, 1, 1.5, -0.1, float("nan"), True, "0.1"])
+def test_init_density_is_validated(bad):
+    with pytest.raises(ValueError, match="init_density"):
+        SBMEdges(init_density=bad)
+
+
 # --------------------------------------------------------------------- statistical tests
 @pytest.mark.parametrize("delta, options", [
     (0.0, {}),
