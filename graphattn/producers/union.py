@@ -5,11 +5,16 @@ from __future__ import annotations
 from collections.abc import Hashable, Sequence
 from typing import Any
 
-from torch import nn
+import torch
+from torch import Tensor, nn
 
 from graphattn.edgeset import EdgeSet, union_edge_sets
-from graphattn.producers.base import EdgeProducer, ProducerContext
+from graphattn.origins import origin_names
+from graphattn.producers.base import EdgeProducer, ProducerContext, resolve_num_heads
 from graphattn.producers.registry import build_producer, register_producer
+
+#: rows of the ``origin_bias`` table: at least the number of registered origin names
+ORIGIN_TABLE_SIZE = 32
 
 
 @register_producer("union")
@@ -17,14 +22,26 @@ class UnionProducer(EdgeProducer):
     r""":math:`\mathcal{N}(i) = \bigcup_p \mathcal{N}_p(i)`: the edges of every part, each keeping its
     ``origin`` (e.g. ``input`` ∪ ``expander`` ∪ ``virtual`` is Exphormer's edge set).
 
+    With ``origin_bias=True`` every edge's logit also gets a learned bias per (origin, head),
+    :math:`s_{ji}^h \mathrel{+}= b^h_{o(j \to i)}` (added to the parts' own ``bias``), so attention
+    can weigh the kinds of edges differently — Exphormer's edge-type embeddings in their simplest
+    form: without them, an expander edge and an input edge between the same features score alike.
+    The table is ``[ORIGIN_TABLE_SIZE, H]``, zero at initialisation (the plain union), one per
+    producer instance (so per layer in a model). Only the relative bias of origins that meet at one
+    target matters (the softmax is shift-invariant).
+
     Args:
         producers: the parts, as producers, names or ``{"name": ..., **kwargs}`` mappings.
         coalesce (bool): drop duplicate edges (the earlier part's attributes win), so an edge in
             two parts counts once in the softmax.
-        **defaults: model-supplied arguments (``channels``, ...) for parts built from names.
+        origin_bias (bool): add the learned per-(origin, head) logit bias (needs ``num_heads``,
+            which a model supplies; attention-mode parts only).
+        **defaults: model-supplied arguments (``channels``, ``num_heads``, ...) for parts built from
+            names.
     """
 
-    def __init__(self, producers: Sequence[Any], coalesce: bool = True, **defaults: Any) -> None:
+    def __init__(self, producers: Sequence[Any], coalesce: bool = True, origin_bias: bool = False,
+                 **defaults: Any) -> None:
         super().__init__()
         if isinstance(producers, (str, EdgeProducer)) or not len(producers):
             raise ValueError("'producers' must be a non-empty list of producers or names")
@@ -33,6 +50,45 @@ class UnionProducer(EdgeProducer):
         if len(modes) > 1:
             raise ValueError(f"cannot unite producers of different modes {sorted(modes)}")
         self.coalesce = bool(coalesce)
+        if not isinstance(origin_bias, bool):
+            raise ValueError(f"'origin_bias' must be a bool, got {origin_bias!r}")
+        self.origin_table: nn.Parameter | None = None
+        if origin_bias:
+            if self.mode != "attention":
+                raise ValueError("'origin_bias' needs attention-mode parts (logits to bias), got "
+                                 f"mode={self.mode!r}")
+            heads = resolve_num_heads(defaults.get("num_heads"), defaults.get("heads"), "union")
+            if heads is None:
+                raise ValueError("'origin_bias' needs 'num_heads' (a model supplies it)")
+            self.origin_table = nn.Parameter(torch.zeros(ORIGIN_TABLE_SIZE, heads))
+
+    def reset_parameters(self) -> None:
+        """Zeroes the origin bias (the parts keep their own parameters)."""
+        if self.origin_table is not None:
+            nn.init.zeros_(self.origin_table)
+
+    def forward(self, *args: Any, **kwargs: Any) -> EdgeSet:
+        es = super().forward(*args, **kwargs)
+        return es if self.origin_table is None else self._with_origin_bias(es)
+
+    def _with_origin_bias(self, es: EdgeSet) -> EdgeSet:
+        """``es`` with :math:`b^h_{o(e)}` added to its logit bias (a new edge set: the union itself
+        may be cached and shared by layers whose tables differ)."""
+        table = self.origin_table
+        assert table is not None
+        if not isinstance(es, EdgeSet) or es.origin is None:
+            raise ValueError("'origin_bias' needs an explicit edge set with 'origin' from every part")
+        if es.num_heads != table.size(1):
+            raise ValueError(f"'origin_bias' was built for num_heads={table.size(1)}, the edge set "
+                             f"has {es.num_heads}")
+        if len(origin_names()) > table.size(0):
+            raise ValueError(f"{len(origin_names())} edge origins are registered; 'origin_bias' holds "
+                             f"{table.size(0)} (ORIGIN_TABLE_SIZE)")
+        bias: Tensor = (table[es.origin, es.head] if es.head is not None else table[es.origin])
+        if es.bias is not None:
+            bias = bias.to(es.bias.dtype)
+            bias = bias + (es.bias if es.bias.dim() == bias.dim() else es.bias.unsqueeze(-1))
+        return es.replace(bias=bias)
 
     @property
     def mode(self) -> str:  # type: ignore[override]
@@ -88,4 +144,4 @@ class UnionProducer(EdgeProducer):
         return ("union-prefix", tuple(keys), ctx.num_heads, ctx.num_nodes), n
 
     def extra_repr(self) -> str:
-        return f"coalesce={self.coalesce}"
+        return f"coalesce={self.coalesce}" + (", origin_bias=True" if self.origin_table is not None else "")

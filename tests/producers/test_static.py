@@ -8,7 +8,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from graphattn import EdgeAttention, origin_code
+from graphattn import EdgeAttention, EdgeProducer, EdgeSet, origin_code
 from graphattn.producers import (
     PRODUCERS,
     ExpanderEdges,
@@ -364,3 +364,97 @@ def test_knn_one_padded_class_gives_the_same_edges(monkeypatch):
     monkeypatch.setattr(knn, "padding_classes",
                         lambda sizes, device, pairs: real(sizes, torch.device("cuda"), pairs))
     assert torch.equal(produce(KNNEdges(4), batch).edge_index, classes)
+
+
+def _ring_batch(sizes=(6, 1, 9), channels=8):
+    from torch_geometric.data import Batch, Data
+
+    g = torch.Generator().manual_seed(0)
+    graphs = []
+    for n in sizes:
+        s = torch.arange(n)
+        ring = torch.stack([s, (s + 1) % n]) if n > 1 else torch.zeros(2, 0, dtype=torch.long)
+        graphs.append(Data(x=torch.randn(n, channels, generator=g, dtype=torch.float64),
+                           edge_index=torch.cat([ring, ring.flip(0)], 1)))
+    return Batch.from_data_list(graphs)
+
+
+EXPHORMER = ["input", {"name": "expander", "degree": 2}, {"name": "virtual", "channels": 8}]
+
+
+def test_union_origin_bias_adds_the_table_entry_of_each_edge():
+    """``origin_bias``: every edge's logit bias is the table's (origin, head) entry; a zero table
+    is the plain union's output; the fused kernel and the reference agree on values and on the
+    table's gradient (float64)."""
+    data = _ring_batch()
+    plain = build_producer({"name": "union", "producers": EXPHORMER}, num_heads=2).double()
+    biased = build_producer({"name": "union", "producers": EXPHORMER, "origin_bias": True},
+                            num_heads=2).double()
+    biased.parts.load_state_dict(plain.parts.state_dict())
+    assert "origin_bias=True" in repr(biased) and biased.origin_table.shape == (32, 2)
+    layer = EdgeAttention(8, 4, heads=2).double()
+    x = data.x
+    out_plain = layer(x, plain(x, data.batch, data=data, num_heads=2), data.batch)
+    torch.testing.assert_close(layer(x, biased(x, data.batch, data=data, num_heads=2), data.batch),
+                               out_plain, rtol=0, atol=1e-12)
+    with torch.no_grad():
+        biased.origin_table.copy_(torch.randn(32, 2, generator=torch.Generator().manual_seed(1)))
+    es = biased(x, data.batch, data=data, num_heads=2)
+    assert es.bias.shape == (es.num_edges, 2)
+    torch.testing.assert_close(es.bias, biased.origin_table[es.origin], rtol=0, atol=0)
+    assert not torch.allclose(layer(x, es, data.batch), out_plain)  # three origins meet at a node
+    grads = []
+    for kernel in ("fused", "reference"):
+        layer.kernel = kernel
+        biased.origin_table.grad = None
+        out = layer(x, biased(x, data.batch, data=data, num_heads=2), data.batch)
+        (out * torch.linspace(-1, 1, out.numel(), dtype=out.dtype).view_as(out)).sum().backward()
+        grads.append((out.detach(), biased.origin_table.grad.clone()))
+    torch.testing.assert_close(grads[0][0], grads[1][0], rtol=0, atol=1e-12)
+    torch.testing.assert_close(grads[0][1], grads[1][1], rtol=0, atol=1e-12)
+    used = sorted(set(es.origin.tolist()))
+    assert grads[0][1][used].abs().sum() > 0
+    unused = [c for c in range(32) if c not in used]
+    assert grads[0][1][unused].abs().sum() == 0
+
+
+def test_union_origin_bias_per_head_parts_and_an_existing_bias():
+    """Per-head parts: the bias is ``table[origin, head]`` ([E]), added to the parts' own bias."""
+    data = _ring_batch()
+    explicit = EdgeSet(torch.tensor([[0, 2], [1, 3]]), head=torch.tensor([1, 0]), num_heads=2,
+                       bias=torch.tensor([0.5, -0.25], dtype=torch.float64),
+                       origin=torch.full((2,), origin_code("random")))
+
+    class Fixed(EdgeProducer):
+        def produce(self, ctx):
+            return explicit
+
+    union = UnionProducer([Fixed(), Fixed()], origin_bias=True, num_heads=2).double()
+    with torch.no_grad():
+        union.origin_table[origin_code("random")] = torch.tensor([1.0, 2.0], dtype=torch.float64)
+    es = union(data.x, data.batch, num_heads=2)
+    assert es.num_edges == 2  # coalesced
+    order = es.head.argsort()
+    torch.testing.assert_close(es.bias[order], torch.tensor([-0.25 + 1.0, 0.5 + 2.0], dtype=torch.float64))
+
+
+def test_union_origin_bias_one_table_per_layer_in_a_model():
+    from graphattn import GraphTransformer
+
+    data = _ring_batch()
+    model = GraphTransformer(8, 3, num_layers=2, heads=2, producer={
+        "name": "union", "producers": EXPHORMER, "origin_bias": True}).double()
+    tables = [n for n, _ in model.named_parameters() if n.endswith("origin_table")]
+    assert len(tables) == 2
+    model(data).sum().backward()
+    assert all(p.grad is not None and p.grad.abs().sum() > 0
+               for n, p in model.named_parameters() if n.endswith("origin_table"))
+
+
+@pytest.mark.parametrize(("kwargs", "match"), [
+    ({"origin_bias": 1, "num_heads": 2}, "'origin_bias' must be a bool"),
+    ({"origin_bias": True}, "needs 'num_heads'"),
+])
+def test_union_origin_bias_is_validated(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        UnionProducer(["input", "random"], **kwargs)
