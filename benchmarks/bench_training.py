@@ -71,6 +71,8 @@ PEPTIDES_PRODUCERS: dict[str, Any] = {
     "virtual": "virtual",
     "union (Exphormer)": {"name": "union",
                           "producers": ["input", {"name": "expander", "degree": 3}, "virtual"]},
+    "union (Exphormer, origin bias)": {"name": "union", "origin_bias": True, "producers": [
+        "input", {"name": "expander", "degree": 3}, "virtual"]},
     "samsa k=32": {"name": "samsa", "k": 32},
     "sbm": "sbm",
     "sbm (initial density 5%)": {"name": "sbm", "init_density": 0.05},
