@@ -128,17 +128,23 @@ def test_expected_count_formula():
             assert torch.allclose(lam[gi], brute, atol=1e-10, rtol=0)
 
 
-def test_p_range_and_init_density():
-    """Kaiming-normal clusters (k=128, d=32), LayerNorm'd inputs, default Linear: mean p = 0.25."""
+def initial_sbm(**kw):
+    """``(layer, producer, x, (Y, S, Z), mean p per head)`` at initialisation: k = 128, d = 32,
+    2 heads, 512 LayerNorm'd nodes, default Linear layers."""
     torch.manual_seed(0)
     layer = EdgeAttention(64, 32, heads=2)
-    prod = SBMEdges(heads=2, head_dim=32, num_clusters=128)
+    prod = SBMEdges(heads=2, head_dim=32, num_clusters=128, **kw)
     x = F.layer_norm(torch.randn(512, 64), (64,))
     q, k = layer.lin_query(x).view(-1, 2, 32), layer.lin_key(x).view(-1, 2, 32)
     with torch.no_grad():
         Y, S, Z = prod.sbm(q, k)
         lam = expected_num_edges(Y.double(), S.double(), Z.double(), ptr_of([512]))
-    mean_p = lam / 512**2
+    return layer, prod, x, (Y, S, Z), lam / 512**2
+
+
+def test_p_range_and_init_density():
+    """Kaiming-normal clusters (k=128, d=32), LayerNorm'd inputs, default Linear: mean p = 0.25."""
+    layer, prod, x, (Y, S, Z), mean_p = initial_sbm()
     assert ((mean_p - 0.25).abs() < 0.01).all(), mean_p
     prod.train()
     with torch.no_grad():
@@ -151,15 +157,7 @@ def test_p_range_and_init_density():
 def test_init_density_sets_the_initial_mean_p(target):
     """``init_density``: the same init with the logit offset logit(sqrt(p̄)) gives mean p = p̄ (the
     initial logits are near 0), and the sampled graph's density follows it (fastRG, δ = 0)."""
-    torch.manual_seed(0)
-    layer = EdgeAttention(64, 32, heads=2)
-    prod = SBMEdges(heads=2, head_dim=32, num_clusters=128, init_density=target, delta=0.0)
-    x = F.layer_norm(torch.randn(512, 64), (64,))
-    q, k = layer.lin_query(x).view(-1, 2, 32), layer.lin_key(x).view(-1, 2, 32)
-    with torch.no_grad():
-        Y, S, Z = prod.sbm(q, k)
-        lam = expected_num_edges(Y.double(), S.double(), Z.double(), ptr_of([512]))
-    mean_p = lam / 512**2
+    layer, prod, x, (Y, S, Z), mean_p = initial_sbm(init_density=target, delta=0.0)
     assert ((mean_p - target).abs() < 0.05 * target).all(), mean_p
     prod.train()
     with torch.no_grad():
