@@ -10,7 +10,7 @@ from torch import Tensor, nn
 
 from graphattn.edgeset import EdgeSet, union_edge_sets
 from graphattn.origins import origin_names
-from graphattn.producers.base import EdgeProducer, ProducerContext, resolve_num_heads
+from graphattn.producers.base import EdgeProducer, ProducerContext, check_number, resolve_num_heads
 from graphattn.producers.registry import build_producer, register_producer
 
 #: rows of the ``origin_bias`` table: at least the number of registered origin names
@@ -23,12 +23,16 @@ class UnionProducer(EdgeProducer):
     ``origin`` (e.g. ``input`` ∪ ``expander`` ∪ ``virtual`` is Exphormer's edge set).
 
     With ``origin_bias=True`` every edge's logit also gets a learned bias per (origin, head),
-    :math:`s_{ji}^h \mathrel{+}= b^h_{o(j \to i)}` (added to the parts' own ``bias``), so attention
+    :math:`s_{ji}^h \mathrel{+}= b^h_{o(j \to i)}` with :math:`b = c\,\theta` (:math:`\theta` the
+    parameter table, :math:`c` = ``origin_bias_scale``; added to the parts' own ``bias``), so attention
     can weigh the kinds of edges differently — Exphormer's edge-type embeddings in their simplest
     form: without them, an expander edge and an input edge between the same features score alike.
     The table is ``[ORIGIN_TABLE_SIZE, H]``, zero at initialisation (the plain union), one per
     producer instance (so per layer in a model). Only the relative bias of origins that meet at one
-    target matters (the softmax is shift-invariant).
+    target matters (the softmax is shift-invariant). Under Adam a parameter moves by about the
+    learning rate per step whatever its gradient's size, so :math:`c` multiplies the bias's
+    learning rate: with :math:`c = 1`, full-batch Cora (200 steps at lr 0.005) moves it by at most
+    about 1, too little to silence the expander's random edges.
 
     Args:
         producers: the parts, as producers, names or ``{"name": ..., **kwargs}`` mappings.
@@ -36,12 +40,13 @@ class UnionProducer(EdgeProducer):
             two parts counts once in the softmax.
         origin_bias (bool): add the learned per-(origin, head) logit bias (needs ``num_heads``,
             which a model supplies; attention-mode parts only).
+        origin_bias_scale (float): :math:`c`, the bias's learning-rate multiplier (see above).
         **defaults: model-supplied arguments (``channels``, ``num_heads``, ...) for parts built from
             names.
     """
 
     def __init__(self, producers: Sequence[Any], coalesce: bool = True, origin_bias: bool = False,
-                 **defaults: Any) -> None:
+                 origin_bias_scale: float = 10.0, **defaults: Any) -> None:
         super().__init__()
         if isinstance(producers, (str, EdgeProducer)) or not len(producers):
             raise ValueError("'producers' must be a non-empty list of producers or names")
@@ -52,6 +57,8 @@ class UnionProducer(EdgeProducer):
         self.coalesce = bool(coalesce)
         if not isinstance(origin_bias, bool):
             raise ValueError(f"'origin_bias' must be a bool, got {origin_bias!r}")
+        self.origin_bias_scale = check_number("origin_bias_scale", origin_bias_scale, minimum=0,
+                                              strict=True)
         self.origin_table: nn.Parameter | None = None
         if origin_bias:
             if self.mode != "attention":
@@ -84,6 +91,7 @@ class UnionProducer(EdgeProducer):
         if len(origin_names()) > table.size(0):
             raise ValueError(f"{len(origin_names())} edge origins are registered; 'origin_bias' holds "
                              f"{table.size(0)} (ORIGIN_TABLE_SIZE)")
+        table = table * self.origin_bias_scale
         bias: Tensor = (table[es.origin, es.head] if es.head is not None else table[es.origin])
         if es.bias is not None:
             bias = bias.to(es.bias.dtype)
@@ -144,4 +152,6 @@ class UnionProducer(EdgeProducer):
         return ("union-prefix", tuple(keys), ctx.num_heads, ctx.num_nodes), n
 
     def extra_repr(self) -> str:
-        return f"coalesce={self.coalesce}" + (", origin_bias=True" if self.origin_table is not None else "")
+        bias = (f", origin_bias=True, origin_bias_scale={self.origin_bias_scale:g}"
+                if self.origin_table is not None else "")
+        return f"coalesce={self.coalesce}{bias}"

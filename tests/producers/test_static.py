@@ -391,7 +391,7 @@ def test_union_origin_bias_adds_the_table_entry_of_each_edge():
     biased = build_producer({"name": "union", "producers": EXPHORMER, "origin_bias": True},
                             num_heads=2).double()
     biased.parts.load_state_dict(plain.parts.state_dict())
-    assert "origin_bias=True" in repr(biased) and biased.origin_table.shape == (32, 2)
+    assert "origin_bias=True, origin_bias_scale=10" in repr(biased) and biased.origin_table.shape == (32, 2)
     layer = EdgeAttention(8, 4, heads=2).double()
     x = data.x
     out_plain = layer(x, plain(x, data.batch, data=data, num_heads=2), data.batch)
@@ -401,7 +401,7 @@ def test_union_origin_bias_adds_the_table_entry_of_each_edge():
         biased.origin_table.copy_(torch.randn(32, 2, generator=torch.Generator().manual_seed(1)))
     es = biased(x, data.batch, data=data, num_heads=2)
     assert es.bias.shape == (es.num_edges, 2)
-    torch.testing.assert_close(es.bias, biased.origin_table[es.origin], rtol=0, atol=0)
+    torch.testing.assert_close(es.bias, 10.0 * biased.origin_table[es.origin], rtol=0, atol=0)
     assert not torch.allclose(layer(x, es, data.batch), out_plain)  # three origins meet at a node
     grads = []
     for kernel in ("fused", "reference"):
@@ -429,13 +429,14 @@ def test_union_origin_bias_per_head_parts_and_an_existing_bias():
         def produce(self, ctx):
             return explicit
 
-    union = UnionProducer([Fixed(), Fixed()], origin_bias=True, num_heads=2).double()
+    union = UnionProducer([Fixed(), Fixed()], origin_bias=True, origin_bias_scale=2.0,
+                          num_heads=2).double()
     with torch.no_grad():
         union.origin_table[origin_code("random")] = torch.tensor([1.0, 2.0], dtype=torch.float64)
     es = union(data.x, data.batch, num_heads=2)
     assert es.num_edges == 2  # coalesced
     order = es.head.argsort()
-    torch.testing.assert_close(es.bias[order], torch.tensor([-0.25 + 1.0, 0.5 + 2.0], dtype=torch.float64))
+    torch.testing.assert_close(es.bias[order], torch.tensor([-0.25 + 2.0, 0.5 + 4.0], dtype=torch.float64))
 
 
 def test_union_origin_bias_one_table_per_layer_in_a_model():
@@ -454,6 +455,7 @@ def test_union_origin_bias_one_table_per_layer_in_a_model():
 @pytest.mark.parametrize(("kwargs", "match"), [
     ({"origin_bias": 1, "num_heads": 2}, "'origin_bias' must be a bool"),
     ({"origin_bias": True}, "needs 'num_heads'"),
+    ({"origin_bias": True, "origin_bias_scale": 0, "num_heads": 2}, "'origin_bias_scale' must be"),
 ])
 def test_union_origin_bias_is_validated(kwargs, match):
     with pytest.raises(ValueError, match=match):
