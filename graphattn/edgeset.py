@@ -62,6 +62,9 @@ ES = TypeVar("ES", bound="BaseEdgeSet")
 MODES = ("attention", "weighted")
 
 _FLOAT_FIELDS = ("bias", "weight", "virtual_x", "edge_attr", "log_prob", "aux_loss")
+#: fields that :meth:`EdgeSet.validate`'s index checks never read: replacing them keeps a check
+_VALUE_FIELDS = frozenset({"bias", "weight", "origin", "edge_attr", "log_prob", "log_prob_graph",
+                           "aux_loss", "stats"})
 
 
 def _shape(t: Tensor) -> str:
@@ -600,11 +603,19 @@ class EdgeSet(BaseEdgeSet):
 
     @derived_edge_sets
     def replace(self, **changes: Any) -> EdgeSet:
-        """A copy of this explicit edge set with some fields replaced."""
+        """A copy of this explicit edge set with some fields replaced. When only per-edge values
+        change (``bias``, ``weight``, ``origin``, ``edge_attr``, ``log_prob``, ...; none that the
+        index checks read), the copy keeps this set's passed :meth:`validate` calls."""
         fields = self._fields()
+        keeps_indices = set(changes) <= _VALUE_FIELDS
         edge_index = changes.pop("edge_index", self.edge_index)
         fields.update(changes)
-        return EdgeSet(edge_index, **fields)
+        out = EdgeSet(edge_index, **fields)
+        if keeps_indices:
+            for key, batch in list(self._cache.items()):
+                if isinstance(key, tuple) and key[:1] == ("validated",):
+                    out.assume_valid(key[1], batch)
+        return out
 
     @derived_edge_sets
     def expand_heads(self) -> EdgeSet:

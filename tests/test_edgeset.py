@@ -339,3 +339,26 @@ def test_compiled_unique_first_arguments():
         ops.unique_first(torch.zeros(3, dtype=torch.int32))
     with pytest.raises(RuntimeError, match="'key' must be a 1-D int64 CPU tensor"):
         ops.unique_first(torch.zeros(2, 2, dtype=torch.long))
+
+
+def test_replace_keeps_a_passed_validation_only_when_no_index_field_changes(monkeypatch):
+    """``replace(bias=...)`` (e.g. the union's origin bias, per layer) does not run the index checks
+    again; ``replace(edge_index=...)`` or ``replace(head=...)`` does, and a bad one still fails."""
+    batch = torch.tensor([0, 0, 1, 1])
+    es = EdgeSet(torch.tensor([[0, 1, 2], [1, 0, 3]]), num_heads=2).validate(4, batch)
+    calls = []
+    original = EdgeSet._validate_indices
+
+    def counting(self, *args, **kwargs):
+        calls.append(1)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(EdgeSet, "_validate_indices", counting)
+    es.replace(bias=torch.ones(3, 2), origin=torch.zeros(3, dtype=torch.long)).validate(4, batch)
+    assert calls == []
+    es.replace(bias=torch.ones(3)).validate(4, None)  # another batch: checked
+    assert calls == [1]
+    es.replace(head=torch.tensor([0, 1, 1])).validate(4, batch)
+    assert calls == [1, 1]
+    with pytest.raises(ValueError, match="joins two graphs"):
+        es.replace(edge_index=torch.tensor([[0, 1, 2], [1, 2, 3]])).validate(4, batch)
