@@ -7,7 +7,7 @@ from graphattn.nn.model import GraphTransformer, positional_encoding
 from graphattn.nn.registry import MODELS, get_model, register_model
 
 # mechanism presets and the anchors (they register themselves by name)
-from graphattn.nn import baselines, converter, gcn_plus, propagation, samsa  # noqa: F401  isort: skip
+from graphattn.nn import baselines, converter, gcn_plus, gcn_plus_attention, propagation, samsa  # noqa: F401  isort: skip
 
 __all__ = ["MODELS", "Dropout", "EdgeGCNConv", "GraphTransformer", "HybridLayer", "get_model",
            "positional_encoding", "register_model"]

@@ -61,7 +61,13 @@ from graphattn.signals import TrainingSignals
 class _GCNPlusLayer(nn.Module):
     """One GCN+ layer: conv → norm → act → dropout (+ the input with ``residual``)."""
 
-    last_edges = None  # no graphattn edge set (the runner's layer interface)
+    @property
+    def last_edges(self) -> Any:
+        """The edge set a global branch (``self.branch``, set by
+        :class:`~graphattn.nn.gcn_plus_attention.GCNPlusAttention`) attended over last; ``None``
+        without one (the runner's layer interface)."""
+        branch = self._modules.get("branch")
+        return None if branch is None else branch.last_edges
 
     def __init__(self, in_channels: int, channels: int, edge_dim: int | None, norm: str | None,
                  act: str, dropout: float, residual: bool) -> None:
@@ -73,9 +79,13 @@ class _GCNPlusLayer(nn.Module):
         self.residual = residual and in_channels == channels
 
     def forward(self, h: Tensor, edge_index: Tensor, edge_attr: Tensor | None,
-                batch: Tensor) -> Tensor:
-        out = apply_norm(self.norm, self.norm_takes_batch, self.conv(h, edge_index, edge_attr), batch)
-        out = self.dropout(self.act(out))
+                batch: Tensor, extra: Tensor | None = None) -> Tensor:
+        """``extra`` (e.g. a global attention branch's output) is added to the convolution's
+        output before the norm."""
+        out = self.conv(h, edge_index, edge_attr)
+        if extra is not None:
+            out = out + extra
+        out = self.dropout(self.act(apply_norm(self.norm, self.norm_takes_batch, out, batch)))
         return h + out if self.residual else out
 
 
@@ -191,8 +201,8 @@ class GCNPlus(nn.Module):
 
     def forward(self, data: Any, *, generator: torch.Generator | None = None,
                 return_signals: bool = False) -> Any:
-        """Predictions ``[num_graphs or N, out_channels]``; with ``return_signals``, also an empty
-        :class:`~graphattn.signals.TrainingSignals` (no producer, no auxiliary loss). ``data``
+        """Predictions ``[num_graphs or N, out_channels]``; with ``return_signals``, also the
+        :class:`~graphattn.signals.TrainingSignals` of the pass (empty without producers). ``data``
         needs ``x`` and ``edge_index`` (plus ``batch`` for several graphs, ``edge_attr`` with an
         edge encoder and the structural encoding with ``pe``); malformed inputs raise a
         :class:`ValueError` naming the attribute."""
@@ -212,12 +222,21 @@ class GCNPlus(nn.Module):
         h, e = self.encode(data)
         if batch is None:
             batch = torch.zeros(h.size(0), dtype=torch.long, device=h.device)
-        for layer in self.layers:
-            h = layer(h, edge_index, e, batch)
+        signals = TrainingSignals()
+        h = self.propagate_layers(h, edge_index, e, batch, data, generator, signals)
         if self.task == "graph":
             h = POOLS[self.pool](h, batch, size=graph_count(data, batch))
         out = self.head(h)
-        return (out, TrainingSignals()) if return_signals else out
+        return (out, signals) if return_signals else out
+
+    def propagate_layers(self, h: Tensor, edge_index: Tensor, edge_attr: Tensor | None,
+                         batch: Tensor, data: Any, generator: torch.Generator | None,
+                         signals: TrainingSignals) -> Tensor:
+        """The layers, from the encoded nodes to the node states the read-out pools (``data``,
+        ``generator`` and ``signals`` serve subclasses with producers)."""
+        for layer in self.layers:
+            h = layer(h, edge_index, edge_attr, batch)
+        return h
 
     def __repr__(self) -> str:
         conv = self.layers[0].conv

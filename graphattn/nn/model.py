@@ -95,6 +95,17 @@ def read_positional_encoding(data: Any, pe: str | None, attr: str, training: boo
     return random_sign_flip(value, training) if pe == "laplacian" else value
 
 
+def shared_producers(layers: Any) -> list[Any]:
+    """Producer instances (a layer's ``producer`` attribute) that serve more than one of
+    ``layers``: their :meth:`~graphattn.EdgeProducer.sharing_scope` must span the forward pass."""
+    seen: dict[int, tuple[Any, int]] = {}
+    for layer in layers:
+        p = getattr(layer, "producer", None)
+        if p is not None:
+            seen[id(p)] = (p, seen.get(id(p), (p, 0))[1] + 1)
+    return [p for p, uses in seen.values() if uses > 1]
+
+
 def graph_count(data: Any, batch: Tensor) -> int:
     """``data.num_graphs`` (a PyG ``Batch``), else the largest graph id + 1 (one host read), else 1."""
     n = getattr(data, "num_graphs", None)
@@ -369,13 +380,7 @@ class GraphTransformer(nn.Module):
                            num_graphs=num_graphs if isinstance(num_graphs, int) else None)
 
     def _shared_producers(self) -> list[Any]:
-        """Producer instances that serve more than one layer (see ``EdgeProducer.sharing_scope``)."""
-        seen: dict[int, tuple[Any, int]] = {}
-        for layer in self.layers:
-            p = getattr(layer, "producer", None)
-            if p is not None:
-                seen[id(p)] = (p, seen.get(id(p), (p, 0))[1] + 1)
-        return [p for p, uses in seen.values() if uses > 1]
+        return shared_producers(self.layers)
 
     def encode_with_batch(self, data: Any) -> tuple[Tensor, Tensor | None, Tensor]:
         """``(h, edge_attr, batch)``: :meth:`encode` and the graph of each node (one graph when

@@ -25,7 +25,9 @@ Protocols (:data:`PROTOCOLS`): the task defaults of :mod:`graphattn.runner.confi
 
 Entrants (:data:`ENTRANTS`): ``full``; ``window+global`` (a local window of 4 and the first node
 as a global token); ``bigbird`` (3 random sources + the same window + global); ``exphormer``
-(input edges + a 3-regular expander + a virtual node); the paper mechanisms ``samsa`` (k = 32),
+(input edges + a 3-regular expander + a virtual node, with a learned attention bias per edge
+origin and head: Exphormer's edge types, without which the attention cannot tell an input edge
+from an expander edge); the paper mechanisms ``samsa`` (k = 32),
 ``sbm`` (the settings of ``examples/configs/sbm_*.toml``), ``sliceformer``, ``sac`` (the producer of
 ``examples/configs/sac_cora.toml``: one LSTM-predicted structure shared by the layers, greedy
 decoding, 100 warm-start steps on the input edges, plus a self-loop per node: without the GCN
@@ -79,7 +81,7 @@ ENTRANTS: dict[str, dict[str, Any]] = {
     "bigbird": {"producer": {"name": "union",
                              "producers": [{"name": "random", "k": 3}, WINDOW, GLOBAL]}},
     "exphormer": {"producer": {"name": "union", "producers": [
-        "input", {"name": "expander", "degree": 3}, "virtual"]}},
+        "input", {"name": "expander", "degree": 3}, "virtual"], "origin_bias": True}},
     "samsa": {"producer": {"name": "samsa", "k": 32}},
     "sbm": {"producer": {"name": "sbm", "num_clusters": 128, "delta": 0.01, "reg_weight": 0.5},
             "aux_weight": 0.01},

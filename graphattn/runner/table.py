@@ -44,7 +44,8 @@ def _producer(spec: Any) -> str:
         return spec
     if isinstance(spec, dict) and spec.get("name") == "union" and isinstance(spec.get("producers"),
                                                                              list):
-        return "union(" + ", ".join(_producer(p) for p in spec["producers"]) + ")"
+        options = [f"{k}={json.dumps(v)}" for k, v in spec.items() if k not in ("name", "producers")]
+        return "union(" + ", ".join([*(_producer(p) for p in spec["producers"]), *options]) + ")"
     if isinstance(spec, dict):
         args = ", ".join(f"{k}={json.dumps(v)}" for k, v in spec.items() if k != "name")
         return f"{spec.get('name', 'custom')}({args})" if args else str(spec.get("name", "custom"))

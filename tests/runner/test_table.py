@@ -40,3 +40,13 @@ def test_table_refuses_a_folder_without_a_finished_run(tmp_path, capsys):
     assert "not a finished" in capsys.readouterr().err
     with pytest.raises(ValueError, match="format"):
         render([], "html")
+
+
+def test_producer_labels_keep_every_option():
+    from graphattn.runner.table import _producer
+
+    spec = {"name": "union", "producers": ["input", {"name": "expander", "degree": 3}, "virtual"],
+            "origin_bias": True}
+    assert _producer(spec) == "union(input, expander(degree=3), virtual, origin_bias=true)"
+    assert _producer({"name": "union", "producers": ["input", "virtual"]}) == "union(input, virtual)"
+    assert _producer({"name": "samsa", "k": 32}) == "samsa(k=32)" and _producer("full") == "full"
