@@ -760,6 +760,11 @@ def _entries() -> dict[str, Entry]:
         "converter": ({}, {}, False, "graphs"),
         # a node-level model: DropNode, propagation over the input graph's edges, an MLP
         "grand": ({"steps": 2}, {"drop_node": 0.0, "feature_dropout": 0.0}, False, "nodes"),
+        # GCN+ with a global branch: linear encoders for the float features here, LayerNorm (the
+        # head's BatchNorm cannot train on the one pooled row of a single-graph batch)
+        "gcnplus_attention": ({"producer": "full", "node_encoder": "linear",
+                               "edge_encoder": "linear", "attn_channels": 4,
+                               "norm": "layer_norm"}, {}, True, "graphs"),
     }
     for preset, (kwargs, extra_rates, reads_edge_attr, rows) in presets.items():
         cls = MODELS[preset]

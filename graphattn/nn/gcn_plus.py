@@ -48,13 +48,14 @@ from graphattn.nn.edge_gcn import EdgeGCNConv
 from graphattn.nn.model import (
     PE_ATTRS,
     POOLS,
+    _param_dtype_module,
     check_model_args,
     check_unused_args,
     graph_count,
     read_positional_encoding,
 )
 from graphattn.nn.registry import register_model
-from graphattn.producers.base import check_channels
+from graphattn.producers.base import check_channels, check_dtype
 from graphattn.signals import TrainingSignals
 
 
@@ -211,6 +212,8 @@ class GCNPlus(nn.Module):
             raise ValueError(f"{type(self).__name__} needs data.x and data.edge_index as tensors")
         if self.node_encoder is None and not x.is_floating_point():
             raise ValueError(f"'data.x' must be floating-point with node_encoder=None, got {x.dtype}")
+        if self.node_encoder is None or self.node_encoder.kind == "linear":
+            check_dtype("data.x", x, _param_dtype_module(self), type(self).__name__)
         batch = getattr(data, "batch", None)
         num_graphs = getattr(data, "num_graphs", None)
         pe = getattr(data, self.pe_attr, None) if self.pe_attr else None

@@ -9,7 +9,7 @@ from __future__ import annotations
 PRODUCER_NAMES = ("input", "full", "window", "global", "knn", "random", "expander", "virtual", "union",
                   "samsa", "sbm", "sliceformer", "sac", "converter")
 #: the models the package registers (``graphattn run --model NAME``)
-MODEL_NAMES = ("hybrid", "samsa", "converter", "gcn", "gat", "grand", "gcnplus")
+MODEL_NAMES = ("hybrid", "samsa", "converter", "gcn", "gat", "grand", "gcnplus", "gcnplus_attention")
 #: the benchmark tasks (``graphattn run --task NAME``)
 TASK_NAMES = ("cora", "citeseer", "pubmed", "peptides-func", "peptides-struct", "mutag", "proteins",
               "enzymes", "listops", "fashion-mnist", "geometric-shapes", "ucr")

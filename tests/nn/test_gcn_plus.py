@@ -142,6 +142,17 @@ def test_bad_data_is_named():
         model(Data(x=data.x))
 
 
+def test_float_features_of_another_dtype_are_named():
+    g = torch.Generator().manual_seed(1)
+    data = Data(x=torch.randn(7, 5, generator=g, dtype=torch.float64),
+                edge_index=torch.randint(0, 7, (2, 20), generator=g))
+    for encoder in ("linear", None):
+        model = GCNPlus(hidden_channels=16, out_channels=3, node_encoder=encoder,
+                        edge_encoder=None, task="node", head_layers=1).eval()
+        with pytest.raises(ValueError, match=r"'data\.x' has dtype torch\.float64"):
+            model(data)
+
+
 def test_runs_through_the_runner(mirror, tmp_path):
     res = run_experiment({"task": "peptides-func", "model": "gcnplus", "epochs": 2, "hidden": 32,
                           "layers": 2, "norm": "batch_norm", "residual": False, "head_layers": 2,
