@@ -40,7 +40,7 @@ from graphattn.edgeset import EdgeSet
 from graphattn.nn.blocks import DataView
 from graphattn.nn.gcn_plus import GCNPlus
 from graphattn.nn.hybrid import producer_defaults
-from graphattn.nn.model import check_model_args, shared_producers
+from graphattn.nn.model import LastPassSignals, check_model_args, shared_producers
 from graphattn.nn.registry import register_model
 from graphattn.producers.base import check_positive_int
 from graphattn.producers.registry import build_producer
@@ -84,7 +84,7 @@ class GlobalBranch(nn.Module):
 
 
 @register_model("gcnplus_attention")
-class GCNPlusAttention(GCNPlus):
+class GCNPlusAttention(LastPassSignals, GCNPlus):
     r"""GCN+ plus a global attention branch in some of its layers (see the module docstring for
     the math). Takes :class:`~graphattn.nn.gcn_plus.GCNPlus`'s arguments and:
 
@@ -151,6 +151,7 @@ class GCNPlusAttention(GCNPlus):
     def propagate_layers(self, h: Tensor, edge_index: Tensor, edge_attr: Tensor | None,
                          batch: Tensor, data: Any, generator: torch.Generator | None,
                          signals: TrainingSignals) -> Tensor:
+        self._last_signals = signals  # edge_sets(), aux_loss(), policy_terms() read them
         view = DataView(data, edge_attr=edge_attr if self.attn_edge_features else None)
         edge_cache: dict[Hashable, Any] = {}  # batch-only edge sets, shared by the branches
         with ExitStack() as scopes:

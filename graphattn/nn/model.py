@@ -114,8 +114,29 @@ def graph_count(data: Any, batch: Tensor) -> int:
     return int(batch.max()) + 1 if batch.numel() else 1
 
 
+class LastPassSignals:
+    """The training signals of a model's last forward pass (``forward(..., return_signals=True)``
+    returns the same values with the predictions; the model keeps them as ``_last_signals``, not
+    its layers)."""
+
+    def _signals(self) -> TrainingSignals:
+        return self.__dict__.get("_last_signals") or TrainingSignals()
+
+    def edge_sets(self) -> list[BaseEdgeSet]:
+        """The edge sets of the last forward pass, one per layer with a global branch."""
+        return list(self._signals().edge_sets)
+
+    def aux_loss(self) -> Tensor | None:
+        """Sum of the producers' differentiable auxiliary losses in the last forward pass."""
+        return self._signals().aux_loss
+
+    def policy_terms(self) -> list[tuple[Tensor, Tensor]]:
+        """``(log_prob [A], log_prob_graph [A])`` of every sampling producer in the last pass."""
+        return self._signals().policy_terms
+
+
 @register_model("hybrid")
-class GraphTransformer(nn.Module):
+class GraphTransformer(LastPassSignals, nn.Module):
     r"""A stack of :class:`HybridLayer` s between input encoders and a prediction head.
 
     .. math::
@@ -419,24 +440,6 @@ class GraphTransformer(nn.Module):
                 raise ValueError(f"{pool=!r} needs every graph to have a node (its CLS node)")
             return h[torch.cumsum(counts, 0) - counts]
         return POOLS[pool](h, batch, size=num_graphs)
-
-    # --------------------------------------------------------- training signals
-    # ``forward(..., return_signals=True)`` returns these values with the predictions; the methods
-    # below read the same values of the last forward pass (kept by the model, not by its layers).
-    def _signals(self) -> TrainingSignals:
-        return self.__dict__.get("_last_signals") or TrainingSignals()
-
-    def edge_sets(self) -> list[BaseEdgeSet]:
-        """The edge sets of the last forward pass, one per layer with a global branch."""
-        return list(self._signals().edge_sets)
-
-    def aux_loss(self) -> Tensor | None:
-        """Sum of the producers' differentiable auxiliary losses in the last forward pass."""
-        return self._signals().aux_loss
-
-    def policy_terms(self) -> list[tuple[Tensor, Tensor]]:
-        """``(log_prob [A], log_prob_graph [A])`` of every sampling producer in the last pass."""
-        return self._signals().policy_terms
 
 
 def positional_encoding(kind: str, dim: int) -> Any:

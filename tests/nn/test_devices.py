@@ -49,6 +49,11 @@ CASES = {
     "expander": case({"name": "expander", "degree": 2}),
     "virtual": case({"name": "virtual", "num_virtual": 2}, conv="gcn"),
     "union": case({"name": "union", "producers": [{"name": "window", "window": 1}, "virtual", "input"]}),
+    # GCN+ with a global branch over the bonds (their features too) and a virtual node
+    "union:gcnplus_attention": case({"name": "union", "producers": ["input", "virtual"]},
+                                    model="gcnplus_attention", node_encoder="linear",
+                                    edge_encoder="linear", attn_channels=4, head_layers=2,
+                                    attn_edge_features=True),
     "samsa": case({"name": "samsa", "k": 3}),
     "samsa:model": case({"name": "samsa", "k": 3}, model="samsa"),
     # the expected edge counts (float) decide Poisson draws: not the same draws on every device
