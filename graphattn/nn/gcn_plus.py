@@ -64,11 +64,10 @@ class _GCNPlusLayer(nn.Module):
 
     @property
     def last_edges(self) -> Any:
-        """The edge set a global branch (``self.branch``, set by
+        """The edge set the global branch (``self.branch``, set by
         :class:`~graphattn.nn.gcn_plus_attention.GCNPlusAttention`) attended over last; ``None``
         without one (the runner's layer interface)."""
-        branch = self._modules.get("branch")
-        return None if branch is None else branch.last_edges
+        return None if self.branch is None else self.branch.last_edges
 
     def __init__(self, in_channels: int, channels: int, edge_dim: int | None, norm: str | None,
                  act: str, dropout: float, residual: bool) -> None:
@@ -78,6 +77,8 @@ class _GCNPlusLayer(nn.Module):
         self.act = activation_resolver(act)
         self.dropout = Dropout(dropout)
         self.residual = residual and in_channels == channels
+        #: an optional global branch whose output ``forward`` adds before the norm (``extra``)
+        self.register_module("branch", None)
 
     def forward(self, h: Tensor, edge_index: Tensor, edge_attr: Tensor | None,
                 batch: Tensor, extra: Tensor | None = None) -> Tensor:

@@ -18,7 +18,8 @@ convolution's, so that the branch costs :math:`4 \cdot d \cdot` ``attn_channels`
 layer instead of :math:`4d^2`.
 
 :math:`W_O` starts at zero: at initialisation the model computes exactly GCN+ (the same
-encoders, layers, norms, read-out and head, so a GCN+ checkpoint loads into it), and the branch
+encoders, layers, norms, read-out and head; a GCN+ checkpoint loads into it with
+``strict=False``, the branches keeping their initialisation), and the branch
 grows from the gradient :math:`\partial L / \partial W_O`. The sum before the norm keeps GCN+'s
 layer shape (the norm sees both terms); GraphGPS's layer (:class:`~graphattn.HybridLayer`) instead
 normalises each branch after its own dropout and residual.
@@ -27,7 +28,6 @@ normalises each branch after its own dropout and residual.
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
-from contextlib import ExitStack
 from typing import Any, ClassVar
 
 import torch
@@ -35,12 +35,11 @@ from torch import Tensor, nn
 from torch_geometric.nn import Linear
 
 from graphattn.attention import EdgeAttention
-from graphattn.checks import inputs_checked
 from graphattn.edgeset import EdgeSet
 from graphattn.nn.blocks import DataView
 from graphattn.nn.gcn_plus import GCNPlus
 from graphattn.nn.hybrid import producer_defaults
-from graphattn.nn.model import LastPassSignals, check_model_args, shared_producers
+from graphattn.nn.model import LastPassSignals, check_model_args, layer_pass
 from graphattn.nn.registry import register_model
 from graphattn.producers.base import check_positive_int
 from graphattn.producers.registry import build_producer
@@ -153,15 +152,10 @@ class GCNPlusAttention(LastPassSignals, GCNPlus):
                          signals: TrainingSignals) -> Tensor:
         self._last_signals = signals  # edge_sets(), aux_loss(), policy_terms() read them
         view = DataView(data, edge_attr=edge_attr if self.attn_edge_features else None)
-        edge_cache: dict[Hashable, Any] = {}  # batch-only edge sets, shared by the branches
-        with ExitStack() as scopes:
-            for producer in shared_producers(self.branches()):
-                scopes.enter_context(producer.sharing_scope())
-            scopes.enter_context(inputs_checked())  # forward() checked the data
+        with layer_pass(self.branches()) as edge_cache:
             for layer in self.layers:
-                branch = layer._modules.get("branch")
-                extra = (None if branch is None else
-                         branch(h, batch, view, generator, signals, edge_cache))
+                extra = (None if layer.branch is None else
+                         layer.branch(h, batch, view, generator, signals, edge_cache))
                 h = layer(h, edge_index, edge_attr, batch, extra)
         return h
 

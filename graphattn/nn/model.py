@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Hashable, Mapping, Sequence
-from contextlib import ExitStack
+from collections.abc import Hashable, Iterator, Mapping, Sequence
+from contextlib import ExitStack, contextmanager
 from typing import Any, ClassVar
 
 import torch
@@ -104,6 +104,18 @@ def shared_producers(layers: Any) -> list[Any]:
         if p is not None:
             seen[id(p)] = (p, seen.get(id(p), (p, 0))[1] + 1)
     return [p for p, uses in seen.values() if uses > 1]
+
+
+@contextmanager
+def layer_pass(layers: Any) -> Iterator[dict[Hashable, Any]]:
+    """One forward pass through ``layers`` whose inputs the model checked: the sharing scopes of
+    the producers that serve several layers, the layers' own input checks off, and the edge cache
+    (batch-only edge sets built once, shared by the layers) it yields."""
+    with ExitStack() as scopes:
+        for producer in shared_producers(layers):
+            scopes.enter_context(producer.sharing_scope())
+        scopes.enter_context(inputs_checked())
+        yield {}
 
 
 def graph_count(data: Any, batch: Tensor) -> int:
@@ -400,9 +412,6 @@ class GraphTransformer(LastPassSignals, nn.Module):
                            finite={"data.x": x, "data.edge_attr": edge_attr, f"data.{self.pe_attr}": pe},
                            num_graphs=num_graphs if isinstance(num_graphs, int) else None)
 
-    def _shared_producers(self) -> list[Any]:
-        return shared_producers(self.layers)
-
     def encode_with_batch(self, data: Any) -> tuple[Tensor, Tensor | None, Tensor]:
         """``(h, edge_attr, batch)``: :meth:`encode` and the graph of each node (one graph when
         ``data`` has no ``batch``)."""
@@ -417,11 +426,7 @@ class GraphTransformer(LastPassSignals, nn.Module):
         h, edge_attr, batch = self.encode_with_batch(data)
         view = DataView(data, edge_attr=edge_attr)
         edge_index = getattr(data, "edge_index", None)
-        edge_cache: dict[Hashable, Any] = {}  # batch-only edge sets, shared by the layers
-        with ExitStack() as scopes:
-            for producer in self._shared_producers():
-                scopes.enter_context(producer.sharing_scope())
-            scopes.enter_context(inputs_checked())  # forward() checked the data
+        with layer_pass(self.layers) as edge_cache:
             for layer in self.layers:
                 h = layer(h, edge_index, batch, edge_attr, data=view, generator=generator,
                           signals=signals, edge_cache=edge_cache)

@@ -81,10 +81,7 @@ class ImportanceScore(nn.Module):
             + b_o \in \mathbb{R}^H
 
     (one score per head: every head samples its own sources, the paper's "mixture of attention
-    experts"). Computed as :math:`W_o x + b_o + r \cdot (W_o \operatorname{diag}(g))\, z` with
-    :math:`z = W_2\,\operatorname{GELU}(W_1 x + b_1) + b_2`, :math:`g` the norm's gain and
-    :math:`r = 1 / (\lVert z \rVert_2 / \sqrt{d} + \epsilon)` per row: the same function without
-    an :math:`N \times d` product or sum.
+    experts").
 
     Args:
         channels (int): input width :math:`d`.
@@ -103,13 +100,7 @@ class ImportanceScore(nn.Module):
             m.reset_parameters()
 
     def forward(self, x: Tensor) -> Tensor:
-        # W_o (x + g ⊙ z r) + b_o = W_o x + b_o + r · (W_o diag(g)) z, with r = 1 / (‖z‖/√d + ε)
-        # one scalar per row: the norm's gain folds into the [H, d] output matrix, so no [N, d]
-        # product, sum or their gradients are formed (the same function, fewer passes over N × d)
-        z = self.lin2(F.gelu(self.lin1(x)))
-        rms = z.norm(dim=-1, keepdim=True) / math.sqrt(z.size(-1))
-        folded = F.linear(z, self.out.weight * self.norm.weight)  # [N, H]
-        return self.out(x) + folded * (rms + self.norm.eps).reciprocal()
+        return self.out(x + self.norm(self.lin2(F.gelu(self.lin1(x)))))
 
 
 @register_producer("samsa")

@@ -585,7 +585,7 @@ def test_building_blocks():
     assert not torch.allclose(outside, inside, rtol=1e-3)
     net = ImportanceScore(8, 3).double()
     with torch.no_grad():
-        net.norm.weight.uniform_(0.5, 1.5)  # a gain other than 1, folded into W_o by forward
+        net.norm.weight.uniform_(0.5, 1.5)  # a gain other than 1
     # the documented composition, term by term: W_o (x + RMSNorm(W_2 GELU(W_1 x + b_1) + b_2)) + b_o
     z = net.lin2(torch.nn.functional.gelu(net.lin1(x)))
     torch.testing.assert_close(net(x), net.out(x + net.norm(z)), rtol=1e-12, atol=1e-12)
