@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
-from pathlib import Path
 from typing import Any
 
 from graphattn.runner.choices import CONV_NAMES, MODEL_NAMES, PRODUCER_NAMES, TASK_NAMES
@@ -219,17 +218,12 @@ def main(args: argparse.Namespace) -> int:
         return 0
     from graphattn.runner.train import run_experiment
 
-    res = run_experiment(cfg)
+    argv = getattr(args, "_argv", None)  # the command, for 'graphattn table'
+    res = run_experiment(cfg, command="graphattn " + shlex.join(argv) if argv else None)
     if not res["is_main"]:  # a torchrun rank other than 0: rank 0 reports
         return 0
     s = res["summary"]
     out = res["config"]["out"]
-    argv = getattr(args, "_argv", None)
-    if out and argv:  # the command, for 'graphattn table'
-        path = Path(out) / "summary.json"
-        summary = json.loads(path.read_text())
-        summary["command"] = "graphattn " + shlex.join(argv)
-        path.write_text(json.dumps(summary, indent=2, default=str))
     print(f"\n{s['task']} ({res['task_notes']})")
     if out:
         with open(f"{out}/summary.md", encoding="utf-8") as f:

@@ -835,11 +835,27 @@ def _claim_run_folder(out_dir: Path, *, overwrite: bool, resume: bool) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
 
 
-def run_experiment(config: dict[str, Any]) -> dict[str, Any]:
+def _write_results(out_dir: Path, results: list[dict[str, Any]], cfg: dict[str, Any],
+                   command: str | None) -> None:
+    """Writes ``results.jsonl``, ``summary.json`` (with the ``command`` that made the run, for
+    ``graphattn table``) and ``summary.md`` for the seeds finished so far."""
+    summary = summarise(results, cfg)
+    if command:
+        summary["command"] = command
+    with open(out_dir / "results.jsonl", "w") as f:
+        for r in results:
+            f.write(json.dumps(r) + "\n")
+    (out_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+    (out_dir / "summary.md").write_text(markdown_table(results, summary))
+
+
+def run_experiment(config: dict[str, Any], *, command: str | None = None) -> dict[str, Any]:
     """Trains and evaluates ``config`` (keys of :data:`~graphattn.runner.config.DEFAULTS`) for
     every seed; returns ``{"config", "results" (one per seed), "summary"}`` and, with ``out``,
-    writes ``config.json``, ``results.jsonl``, ``summary.json``, ``summary.md`` and per-seed
-    ``best.pt`` / ``last.pt`` checkpoints there.
+    writes ``config.json``, ``results.jsonl``, ``summary.json``, ``summary.md`` (rewritten after
+    every finished seed) and per-seed ``best.pt`` / ``last.pt`` checkpoints there. ``command``,
+    the command line that started the run, is recorded in the summary (``graphattn table`` prints
+    it).
 
     Started by ``torchrun`` (``WORLD_SIZE`` > 1), every process runs this: they join one process
     group and train data-parallel (see :mod:`graphattn.runner.distributed`); rank 0 prepares the
@@ -850,13 +866,14 @@ def run_experiment(config: dict[str, Any]) -> dict[str, Any]:
         torch.set_num_threads(int(cfg["threads"]))
     world, device = D.setup(cfg["device"])
     try:
-        return _run(cfg, world, device)
+        return _run(cfg, world, device, command)
     finally:
         if world is not None:
             torch.distributed.destroy_process_group()
 
 
-def _run(cfg: dict[str, Any], world: D.World | None, device: str) -> dict[str, Any]:
+def _run(cfg: dict[str, Any], world: D.World | None, device: str,
+         command: str | None) -> dict[str, Any]:
     main = world is None or world.is_main
     out_dir = Path(cfg["out"]) if cfg["out"] else None
     # each node's local rank 0 builds the data set's files first (the others then load them), and
@@ -880,12 +897,11 @@ def _run(cfg: dict[str, Any], world: D.World | None, device: str) -> dict[str, A
                        f"graph(s) per epoch are left out: the last global batch is smaller than "
                        f"the {world.size if world else 1} processes", file=sys.stderr)
         results.append(trainer.fit(announce=i == 0))
+        if out_dir is not None and main:
+            # after every seed, so that a run stopped later keeps its finished seeds' results
+            _write_results(out_dir, results, cfg, command)
     summary = summarise(results, cfg)
-    if out_dir is not None and main:
-        with open(out_dir / "results.jsonl", "w") as f:
-            for r in results:
-                f.write(json.dumps(r) + "\n")
-        (out_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
-        (out_dir / "summary.md").write_text(markdown_table(results, summary))
+    if command:
+        summary["command"] = command
     return {"config": cfg, "results": results, "summary": summary, "task_notes": task.notes,
             "is_main": main}

@@ -47,6 +47,39 @@ def test_run_writes_results_and_aggregates_seeds(mirror, tmp_path):
     assert task.name == "mutag" and task.level == "graph"
 
 
+def test_a_run_stopped_in_a_later_seed_keeps_the_finished_seeds_results(mirror, tmp_path,
+                                                                          monkeypatch):
+    """results.jsonl and summary.json (with the command) are written after every finished seed,
+    so ``graphattn table`` reads a long multi-seed run that was stopped; resuming completes it."""
+
+    class Stopped(Exception):
+        pass
+
+    real_fit = Trainer.fit
+
+    def fit_until_seed_1(self, announce=False):
+        if self.out_dir.name == "seed1":
+            raise Stopped
+        return real_fit(self, announce=announce)
+
+    out = tmp_path / "run"
+    cfg = {**SMALL, "epochs": 2, "seeds": [0, 1], "out": str(out)}
+    monkeypatch.setattr(Trainer, "fit", fit_until_seed_1)
+    with pytest.raises(Stopped):
+        run_experiment(cfg, command="graphattn run --task mutag")
+    monkeypatch.undo()
+    lines = [json.loads(s) for s in (out / "results.jsonl").read_text().splitlines()]
+    assert [r["seed"] for r in lines] == [0]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["seeds"] == [0] and summary["command"] == "graphattn run --task mutag"
+    assert summary["test_mean"] == pytest.approx(lines[0]["test"])
+    res = run_experiment({**cfg, "resume": True}, command="graphattn run --resume")
+    lines = [json.loads(s) for s in (out / "results.jsonl").read_text().splitlines()]
+    assert [r["seed"] for r in lines] == [0, 1]
+    assert res["summary"]["command"] == "graphattn run --resume"
+    assert json.loads((out / "summary.json").read_text())["seeds"] == [0, 1]
+
+
 def test_node_task_and_cli(mirror, tmp_path, capsys):
     out = tmp_path / "cora"
     code = cli_main(["run", "--task", "cora", "--epochs", "3", "--seeds", "0", "--out", str(out),
