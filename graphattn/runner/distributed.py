@@ -23,6 +23,7 @@ batch smaller than ``W`` would leave a rank without a graph; it is dropped, and 
 from __future__ import annotations
 
 import datetime
+import gc
 import os
 from collections.abc import Iterator, Sized
 from dataclasses import dataclass
@@ -81,11 +82,21 @@ def setup(device: str, timeout_s: float = 1800.0) -> tuple[World | None, str]:
     return world, device
 
 
-def teardown(world: World | None) -> None:
-    """Leaves the process group :func:`setup` joined."""
-    if world is not None and dist.is_initialized():
+def teardown(world: World | None, *, synchronize: bool = True) -> None:
+    """Leaves the process group :func:`setup` joined.
+
+    With ``synchronize`` (a run that ended normally) it first collects the garbage, so that
+    objects still holding the group through reference cycles (a finished trainer's DDP wrapper and
+    its reducer) are freed while the group is alive rather than at interpreter exit, where gloo's
+    worker threads can abort the process; then it waits for every rank (rank 0 writes the results
+    after the others are done), and only then destroys the group. After an error it destroys the
+    group without the barrier, which could wait forever for a rank that has died."""
+    if world is None or not dist.is_initialized():
+        return
+    if synchronize:
+        gc.collect()
         dist.barrier()
-        dist.destroy_process_group()
+    dist.destroy_process_group()
 
 
 def barrier(world: World | None) -> None:

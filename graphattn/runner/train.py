@@ -865,11 +865,13 @@ def run_experiment(config: dict[str, Any], *, command: str | None = None) -> dic
     if cfg["threads"]:
         torch.set_num_threads(int(cfg["threads"]))
     world, device = D.setup(cfg["device"])
+    finished = False
     try:
-        return _run(cfg, world, device, command)
+        out = _run(cfg, world, device, command)
+        finished = True
+        return out
     finally:
-        if world is not None:
-            torch.distributed.destroy_process_group()
+        D.teardown(world, synchronize=finished)
 
 
 def _run(cfg: dict[str, Any], world: D.World | None, device: str,

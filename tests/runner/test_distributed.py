@@ -80,6 +80,24 @@ def test_node_tasks_are_refused_in_a_distributed_run(mirror):
         Trainer(cfg, build_task("cora"), 0, None, world=D.World(0, 0, 2))
 
 
+def test_teardown_meets_every_rank_only_after_a_normal_end(monkeypatch, tmp_path):
+    """A run that ended normally collects the garbage and waits at a barrier before destroying the
+    group; after an error the group is destroyed without the barrier (a dead rank would hang it)."""
+    import torch.distributed as dist
+
+    events = []
+    monkeypatch.setattr(D.gc, "collect", lambda: events.append("collect"))
+    monkeypatch.setattr(D.dist, "barrier", lambda *a, **k: events.append("barrier"))
+    for synchronize in (True, False):
+        dist.init_process_group("gloo", init_method=f"file://{tmp_path / str(synchronize)}",
+                                rank=0, world_size=1)
+        D.teardown(D.World(0, 0, 1), synchronize=synchronize)
+        assert not dist.is_initialized()
+        events.append("destroyed")
+    assert events == ["collect", "barrier", "destroyed", "destroyed"]
+    D.teardown(None)  # a single-process run has no group
+
+
 def _torchrun(args: list[str], nproc: int, **kw) -> subprocess.Popen:
     env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
