@@ -229,6 +229,10 @@ class EdgeProducer(nn.Module):
     #: ``False`` for those whose parameters need the input width at construction (SAMSA, the
     #: Converter): a model reading raw features must then be given ``in_channels``
     lazy_channels: ClassVar[bool] = True
+    #: ``False`` for a producer whose output at slot ``r`` does not depend on the node at ``r``
+    #: (Sliceformer: the r-th order statistic of each channel). A node-level model refuses it
+    #: unless told the node order means something (``GraphTransformer(allow_order_dependent=True)``)
+    permutation_equivariant: ClassVar[bool] = True
 
     def __init__(self) -> None:
         super().__init__()

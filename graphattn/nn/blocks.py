@@ -45,6 +45,19 @@ def apply_norm(norm: nn.Module | None, takes_batch: bool, x: Tensor, batch: Tens
     return norm(x, batch=batch) if takes_batch else norm(x)
 
 
+def make_skip(residual: bool, in_channels: int, channels: int) -> nn.Module | None:
+    r"""The residual path of a block from width ``in_channels`` to ``channels``: ``None`` without
+    ``residual``; the identity where the widths agree; else a learned projection
+    :math:`W_{\text{res}} x` (no bias), as :class:`~torch_geometric.nn.conv.GATConv` with
+    ``residual=True`` does. A residual the user asked for is never dropped. ``in_channels=-1``
+    (lazy) always gets the projection: the width is unknown until the first call."""
+    if not residual:
+        return None
+    if in_channels == channels:
+        return nn.Identity()
+    return Linear(in_channels, channels, bias=False, weight_initializer="glorot")
+
+
 def _mlp(channels: int, in_channels: int | None = None, act: str = "relu") -> nn.Sequential:
     i = channels if in_channels is None else in_channels
     return nn.Sequential(Linear(i, channels), activation_resolver(act), Linear(channels, channels))

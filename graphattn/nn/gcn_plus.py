@@ -42,7 +42,7 @@ from torch_geometric.nn import Linear
 from torch_geometric.nn.resolver import activation_resolver
 
 from graphattn.edgeset import check_graph_inputs
-from graphattn.nn.blocks import EdgeEncoder, NodeEncoder, apply_norm, make_norm
+from graphattn.nn.blocks import EdgeEncoder, NodeEncoder, apply_norm, make_norm, make_skip
 from graphattn.nn.dropout import Dropout
 from graphattn.nn.edge_gcn import EdgeGCNConv
 from graphattn.nn.model import (
@@ -76,9 +76,14 @@ class _GCNPlusLayer(nn.Module):
         self.norm, self.norm_takes_batch = make_norm(norm, channels)
         self.act = activation_resolver(act)
         self.dropout = Dropout(dropout)
-        self.residual = residual and in_channels == channels
         #: an optional global branch whose output ``forward`` adds before the norm (``extra``)
         self.register_module("branch", None)
+        # identity, or a learned projection between different widths (never dropped)
+        self.skip = make_skip(residual, in_channels, channels)
+
+    @property
+    def residual(self) -> bool:
+        return self.skip is not None
 
     def forward(self, h: Tensor, edge_index: Tensor, edge_attr: Tensor | None,
                 batch: Tensor, extra: Tensor | None = None) -> Tensor:
@@ -88,7 +93,7 @@ class _GCNPlusLayer(nn.Module):
         if extra is not None:
             out = out + extra
         out = self.dropout(self.act(apply_norm(self.norm, self.norm_takes_batch, out, batch)))
-        return h + out if self.residual else out
+        return out if self.skip is None else self.skip(h) + out
 
 
 @register_model("gcnplus")

@@ -14,7 +14,7 @@ from graphattn.attention import EdgeAttention
 from graphattn.checks import inputs_are_checked
 from graphattn.edgeset import EdgeSet, check_graph_inputs
 from graphattn.kernels.dropout import dropout as fast_dropout
-from graphattn.nn.blocks import apply_norm, conv_takes_edge_attr, make_conv, make_norm
+from graphattn.nn.blocks import apply_norm, conv_takes_edge_attr, make_conv, make_norm, make_skip
 from graphattn.nn.dropout import Dropout
 from graphattn.producers.base import (
     EdgeProducer,
@@ -75,11 +75,15 @@ class HybridLayer(nn.Module):
         residual (bool): the ``x +`` skip around each branch (GPS default). Without it the
             branches are :math:`\operatorname{Norm}(\operatorname{Drop}(\cdot))` only, which suits
             strongly homophilous node tasks (citation graphs), where the raw-feature skip acts
-            like an MLP term.
-        in_channels (int, optional): input width if it differs from ``channels`` (``-1``: lazy);
-            the residual skips are dropped then.
+            like an MLP term. Where the input width differs from ``channels`` (or in an output
+            layer) the skip is a learned projection :math:`W_{\text{res}} x` instead of :math:`x`
+            (:func:`~graphattn.nn.blocks.make_skip`, as ``GATConv(residual=True)``); it is never
+            dropped.
+        in_channels (int, optional): input width if it differs from ``channels`` (``-1``: lazy).
         output_layer (bool): the layer produces the model's output (e.g. class logits, as the last
-            layer of GCN / GAT): no dropout, activation, norm, output projection, residual or FFN;
+            layer of GCN / GAT): no dropout, activation, norm, output projection or FFN; with
+            ``residual`` the projected input is added once to the branches' sum
+            (:math:`\text{out} = h^{\text{loc}} + h^{\text{glob}} + W_{\text{res}} x`);
             the attention heads are averaged (each of width ``channels``), or, for a producer
             that fixes the head size (Sliceformer), concatenated (``channels`` heads of size 1).
         ffn (bool): the feed-forward sub-block (with its own residual). Without it the activation
@@ -126,7 +130,8 @@ class HybridLayer(nn.Module):
         self.dropout = dropout
         self.norm_first = norm_first and not output_layer
         self.output_layer = output_layer
-        self.residual = residual and in_c == channels and not output_layer
+        if not isinstance(residual, bool):
+            raise ValueError(f"'residual' must be True or False, got {residual!r}")
         self.conv = make_conv(conv, channels, heads=heads, edge_dim=edge_dim, in_channels=in_c,
                                output=output_layer)
         self.conv_edge_attr = self.conv is not None and conv_takes_edge_attr(self.conv)
@@ -170,6 +175,14 @@ class HybridLayer(nn.Module):
         self.norm1, self._nb1 = make_norm(norm, in_c if self.norm_first else channels)
         self.norm2, self._nb2 = make_norm(norm, in_c if self.norm_first else channels)
         self.norm3, self._nb3 = make_norm(norm, channels)
+        # built last: a projection (widths differ, or the output layer) draws its initial weights
+        # after every other block, so the layers without one initialise exactly as before
+        self.skip = make_skip(residual, in_c, channels)
+
+    @property
+    def residual(self) -> bool:
+        """Whether the layer has a residual path (identity or learned projection)."""
+        return self.skip is not None
 
     @property
     def last_edges(self) -> EdgeSet | None:
@@ -178,16 +191,16 @@ class HybridLayer(nn.Module):
 
     def reset_parameters(self) -> None:
         for m in (self.conv, self.producer, self.attn, self.attn_out, self.norm1, self.norm2,
-                  self.norm3, *(self.mlp or ())):
+                  self.norm3, *(self.mlp or ()), self.skip):
             if m is not None and hasattr(m, "reset_parameters"):
                 m.reset_parameters()
 
-    def _branch_out(self, h: Tensor, x: Tensor, norm: nn.Module | None, nb: bool,
+    def _branch_out(self, h: Tensor, res: Tensor | None, norm: nn.Module | None, nb: bool,
                     batch: Tensor | None) -> Tensor:
         if self.output_layer:
             return h
         h = fast_dropout(h, p=self.dropout, training=self.training)
-        h = x + h if self.residual else h
+        h = res + h if res is not None else h
         if not self.norm_first:
             h = apply_norm(norm, nb, h, batch)
         return h
@@ -215,6 +228,7 @@ class HybridLayer(nn.Module):
         ``edge_attr`` and the values of ``x`` in one host read (the attention checks its own)."""
         if not inputs_are_checked():
             self._check_inputs(x, edge_index, batch, edge_attr)
+        res = None if self.skip is None else self.skip(x)
         hs = []
         if self.conv is not None:
             if edge_index is None:
@@ -224,7 +238,7 @@ class HybridLayer(nn.Module):
                 h = self.conv(h, edge_index, edge_attr=edge_attr)
             else:
                 h = self.conv(h, edge_index)
-            hs.append(self._branch_out(h, x, self.norm1, self._nb1, batch))
+            hs.append(self._branch_out(h, res, self.norm1, self._nb1, batch))
         if self.attn is not None:
             assert self.producer is not None
             h = apply_norm(self.norm2, self._nb2, x, batch) if self.norm_first else x
@@ -232,10 +246,10 @@ class HybridLayer(nn.Module):
                           edge_cache=edge_cache)
             if self.attn_out is not None:
                 h = self.attn_out(h)
-            hs.append(self._branch_out(h, x, self.norm2, self._nb2, batch))
+            hs.append(self._branch_out(h, res, self.norm2, self._nb2, batch))
         out = hs[0] if len(hs) == 1 else hs[0] + hs[1]
         if self.output_layer:
-            return out
+            return out if res is None else out + res
         if self.mlp is None:
             return self.act(out)
         if self.norm_first:

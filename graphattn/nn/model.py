@@ -66,6 +66,21 @@ def check_unused_args(preset: type, given: Mapping[str, Any]) -> None:
                              f"{name}={given[name]!r}: leave it at its default")
 
 
+def check_node_level_producers(layers: Any) -> None:
+    """A :class:`ValueError` for a node-level model whose layers use a producer that is not
+    permutation-equivariant (its slot outputs do not follow the nodes: Sliceformer)."""
+    for i, layer in enumerate(layers):
+        producer = getattr(layer, "producer", None)
+        if producer is not None and not getattr(producer, "permutation_equivariant", True):
+            name = producer.name or type(producer).__name__
+            raise ValueError(
+                f"producer {name!r} (layer {i}) is order-dependent: node r receives the r-th order "
+                f"statistic of each channel, not a value computed from node r, so a node-level "
+                f"model's predictions would follow the data set's node order; use it on graph "
+                f"tasks (pooled or CLS read-out), or pass allow_order_dependent=True where the "
+                f"node order is the signal")
+
+
 def _param_dtype_module(model: nn.Module) -> nn.Module:
     """The module whose parameters the node features meet first (for the dtype check)."""
     return model.node_encoder if model.node_encoder is not None else model  # type: ignore[return-value]
@@ -196,6 +211,13 @@ class GraphTransformer(LastPassSignals, nn.Module):
         in_channels (int): width of the raw features the first layer reads without a node encoder
             (``-1``: lazily sized on the first call). Producers with parameters sized by their
             input (SAMSA's importance network, the Converter's) need it there.
+        allow_order_dependent (bool): with ``task="node"``, accept a producer whose output at
+            slot :math:`r` does not depend on the node at :math:`r`
+            (``permutation_equivariant = False``: Sliceformer gives node :math:`r` the
+            :math:`r`-th order statistic of each channel). By default such a node model is a
+            :class:`ValueError`: its predictions would follow the data set's index order (on
+            Planetoid the training nodes are the first 140, so they only ever see the lowest
+            order statistics). Set it where the node order is the signal (e.g. token positions).
     """
 
     #: set by presets that build their own blocks (SAMSA, Converter): no HybridLayers are built
@@ -232,6 +254,7 @@ class GraphTransformer(LastPassSignals, nn.Module):
         residual: bool = True,
         ffn: bool = True,
         in_channels: int = -1,
+        allow_order_dependent: bool = False,
     ) -> None:
         super().__init__()
         if task not in ("node", "graph"):
@@ -307,6 +330,8 @@ class GraphTransformer(LastPassSignals, nn.Module):
                 )
                 for i, p in enumerate(producers)
             )
+        if task == "node" and not allow_order_dependent:
+            check_node_level_producers(self.layers)
         self.final_norm = nn.LayerNorm(hidden_channels) if norm_first and head_layers else None
         head: list[nn.Module] = []
         for _ in range(head_layers - 1):

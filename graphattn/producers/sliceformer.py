@@ -92,7 +92,8 @@ class SliceSortEdges(EdgeProducer):
     #: the consuming attention's head size: 1 = one head per channel (``None``: the model's heads)
     head_size: int | None = 1
     # Not permutation-equivariant (the output is slot-indexed): this producer is excluded from
-    # node-permutation equivariance tests on purpose; its tests check invariance instead.
+    # node-permutation equivariance tests on purpose; its tests check invariance instead. A node
+    # task refuses it (the slot's output says nothing about the node there).
     permutation_equivariant: ClassVar[bool] = False
 
     def __init__(

@@ -6,11 +6,13 @@ from __future__ import annotations
 import inspect
 import json
 import math
+import os
 import random
 import statistics
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -824,7 +826,7 @@ def _claim_run_folder(out_dir: Path, *, overwrite: bool, resume: bool) -> None:
                              f"another --out")
         for p in earlier:
             if p.is_dir():
-                for f in ("best.pt", "last.pt"):
+                for f in ("best.pt", "last.pt", *SEED_FILES):
                     (p / f).unlink(missing_ok=True)
                 for f in p.glob(".*.tmp"):
                     f.unlink()
@@ -835,18 +837,70 @@ def _claim_run_folder(out_dir: Path, *, overwrite: bool, resume: bool) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
 
 
+#: per seed, beside its checkpoints: the seed's result and its per-epoch history (JSON)
+SEED_FILES = ("result.json", "history.json")
+
+
+def _write_seed(out_dir: Path, result: dict[str, Any], history: list[dict[str, Any]]) -> None:
+    """``seed<k>/result.json`` and ``seed<k>/history.json`` of one finished seed (each written to
+    a temporary file first and renamed, so a reader never sees half a file)."""
+    folder = out_dir / f"seed{result['seed']}"
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, value in (("result.json", result), ("history.json", history)):
+        tmp = folder / f".{name}.tmp"
+        tmp.write_text(json.dumps(value, indent=1, default=str))
+        os.replace(tmp, folder / name)
+
+
+def _folder_results(out_dir: Path, results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``results`` and every other seed's ``seed<k>/result.json`` in ``out_dir`` (another process
+    may have trained seeds into the same folder), one per seed, sorted by seed; this process's
+    own results win."""
+    merged: dict[int, dict[str, Any]] = {}
+    for path in out_dir.glob("seed*/result.json"):
+        try:
+            r = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(r, dict) and isinstance(r.get("seed"), int):
+            merged[r["seed"]] = r
+    for r in results:
+        merged[int(r["seed"])] = r
+    return [merged[k] for k in sorted(merged)]
+
+
+@contextmanager
+def _folder_lock(out_dir: Path) -> Iterator[None]:
+    """An exclusive lock on ``out_dir/.lock`` (``fcntl.flock``; a no-op where fcntl is missing):
+    processes writing seeds into one folder take turns to rewrite its result files."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX
+        yield
+        return
+    with open(out_dir / ".lock", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def _write_results(out_dir: Path, results: list[dict[str, Any]], cfg: dict[str, Any],
                    command: str | None) -> None:
     """Writes ``results.jsonl``, ``summary.json`` (with the ``command`` that made the run, for
-    ``graphattn table``) and ``summary.md`` for the seeds finished so far."""
-    summary = summarise(results, cfg)
-    if command:
-        summary["command"] = command
-    with open(out_dir / "results.jsonl", "w") as f:
-        for r in results:
-            f.write(json.dumps(r) + "\n")
-    (out_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
-    (out_dir / "summary.md").write_text(markdown_table(results, summary))
+    ``graphattn table``) and ``summary.md`` for every seed finished in the folder so far: this
+    process's and those other processes wrote (``seed<k>/result.json``), under a folder lock."""
+    with _folder_lock(out_dir):
+        results = _folder_results(out_dir, results)
+        summary = summarise(results, cfg)
+        if command:
+            summary["command"] = command
+        with open(out_dir / "results.jsonl", "w") as f:
+            for r in results:
+                f.write(json.dumps(r) + "\n")
+        (out_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+        (out_dir / "summary.md").write_text(markdown_table(results, summary))
 
 
 def run_experiment(config: dict[str, Any], *, command: str | None = None) -> dict[str, Any]:
@@ -900,6 +954,7 @@ def _run(cfg: dict[str, Any], world: D.World | None, device: str,
                        f"the {world.size if world else 1} processes", file=sys.stderr)
         results.append(trainer.fit(announce=i == 0))
         if out_dir is not None and main:
+            _write_seed(out_dir, results[-1], trainer.history)
             # after every seed, so that a run stopped later keeps its finished seeds' results
             _write_results(out_dir, results, cfg, command)
     summary = summarise(results, cfg)

@@ -161,3 +161,53 @@ def test_shared_producer_spec_builds_with_the_layer_defaults(spec):
     model = GraphTransformer(16, 2, num_layers=2, producer={**spec, "shared": True}, heads=2)
     assert model.layers[0].producer is model.layers[1].producer
     assert model(b).shape == (2, 2)
+
+
+@pytest.mark.parametrize("output_layer", [False, True])
+@pytest.mark.parametrize("in_channels", [8, 12, -1])
+def test_a_requested_residual_is_never_dropped(in_channels, output_layer):
+    """``residual=True`` between different widths (or in an output layer) is a learned projection
+    (as ``GATConv(residual=True)``), never silently skipped: the output is the layer without the
+    residual plus the projected input, exactly."""
+    batch = make_batch([5, 3], channels=12 if in_channels == -1 else in_channels,
+                       dtype=torch.float64)
+    kw = dict(conv="gcn", producer="full", heads=2, in_channels=in_channels,
+              output_layer=output_layer, norm=None, ffn=False, act=torch.nn.Identity())
+    torch.manual_seed(0)
+    with_res = HybridLayer(8, residual=True, **kw).double()
+    torch.manual_seed(0)
+    without = HybridLayer(8, residual=False, **kw).double()
+    with_res(batch.x, batch.edge_index, batch.batch, data=batch)  # sizes a lazy projection
+    without(batch.x, batch.edge_index, batch.batch, data=batch)
+    without.load_state_dict({k: v for k, v in with_res.state_dict().items()
+                             if not k.startswith("skip.")})
+    assert with_res.residual and not without.residual
+    same_width = in_channels == 8
+    assert isinstance(with_res.skip, torch.nn.Identity) == same_width
+    skip = batch.x if same_width else batch.x @ with_res.skip.weight.T
+    # identity: x is added to each of the two branches (GPS); an output layer adds it once
+    copies = 1 if output_layer else 2
+    out = with_res(batch.x, batch.edge_index, batch.batch, data=batch)
+    ref = without(batch.x, batch.edge_index, batch.batch, data=batch) + copies * skip
+    torch.testing.assert_close(out, ref, rtol=1e-12, atol=1e-12)
+    assert "skip.weight" in dict(with_res.named_parameters()) or same_width
+
+
+def test_gcn_plus_residual_between_widths_is_projected():
+    from graphattn.nn.gcn_plus import _GCNPlusLayer
+
+    layer = _GCNPlusLayer(6, 4, None, None, "relu", 0.0, residual=True)
+    assert layer.residual and not isinstance(layer.skip, torch.nn.Identity)
+    assert _GCNPlusLayer(4, 4, None, None, "relu", 0.0, residual=True).skip.__class__ is torch.nn.Identity
+    assert not _GCNPlusLayer(6, 4, None, None, "relu", 0.0, residual=False).residual
+
+
+def test_a_node_model_refuses_an_order_dependent_producer_unless_allowed():
+    with pytest.raises(ValueError, match=r"'sliceformer' \(layer 1\) is order-dependent.*"
+                                         r"allow_order_dependent=True"):
+        GraphTransformer(16, 3, num_layers=2, producer=["full", "sliceformer"], task="node")
+    GraphTransformer(16, 3, num_layers=2, producer="sliceformer", task="graph")
+    model = GraphTransformer(16, 3, num_layers=1, producer="sliceformer", task="node",
+                             allow_order_dependent=True)
+    batch = make_batch([5], channels=4, dtype=torch.float32)
+    assert model(batch).shape == (5, 3)

@@ -11,12 +11,15 @@ from graphattn.__main__ import main as cli
 from graphattn.runner.config import resolve_config
 from graphattn.runner.league import (
     ENTRANTS,
+    NOT_APPLICABLE,
     PAPER,
     PROTOCOLS,
+    REFERENCES,
     league_config,
     league_table,
     run_dir,
     run_league,
+    task_validity,
 )
 from tests.runner.test_configs import tiny
 
@@ -24,11 +27,11 @@ from tests.runner.test_configs import tiny
 #: The Peptides protocol is the runner's Peptides defaults with 40 epochs (checked in
 #: test_every_cell_resolves_to_a_valid_config); those defaults train in test_configs.py's
 #: peptides_func and samsa_peptides_func runs, each a minute or more even at tiny size (RWSE).
-#: On Cora (no node encoder: the first layer reads the 1433 raw features) the entrants whose
-#: producers need their input width (SAMSA, Converter), fix the head size (Sliceformer, also in
-#: the output layer) or refuse attention dropout (Converter's operator) all train.
+#: On Cora (a linear node encoder, a residual, a one-layer head) the entrants whose producers have
+#: parameters (SAMSA, Converter, SAC) or refuse attention dropout (Converter's operator) train;
+#: Sliceformer is not applicable to a node task (NOT_APPLICABLE) and is skipped.
 DATA_CELLS = {"fashion-mnist": ["exphormer", "sliceformer"],
-              "cora": ["window+global", "sac", "sliceformer", "samsa", "converter"]}
+              "cora": ["window+global", "sac", "samsa", "converter"]}
 
 
 def _tiny_overrides(task: str, tmp_path, epochs: int | None = None) -> dict:
@@ -102,12 +105,47 @@ def test_every_entrant_trains_on_listops_and_finished_cells_are_reused(tmp_path)
     assert more == {("listops", "window+global"): "trained"}
     table = league_table(tmp_path, ["listops", "cora"], entrants)
     lines = table.splitlines()
-    assert lines[0] == "| entrant | listops | cora |" and len(lines) == 2 + len(entrants)
+    # a tiny full-attention run is at chance: the listops column is marked invalid, not hidden
+    assert lines[0] == "| entrant | listops (invalid) | cora |" and len(lines) == 3 + len(entrants)
     full = next(line for line in lines if line.startswith("| full |"))
     assert "(1 seed)" in full and "[paper: 0.3637]" in full and "not run" in full
-    for line in lines[2:]:
+    for line in lines[2:-1]:
         test = line.split("|")[2].split()[0]
         assert 0.0 <= float(test) <= 1.0
+    assert lines[-1].startswith("| *reference ≥ floor* | **invalid**: full 0.")
+    assert lines[-1].endswith("< 0.30 | pending: reference full not run |")
+    slice_row = next(line for line in lines if line.startswith("| sliceformer |"))
+    assert "n/a: order-dependent" in slice_row.split("|")[3]
+
+
+def test_task_validity_follows_the_reference_floors(tmp_path):
+    def write(task, entrant, tests):
+        folder = run_dir(tmp_path, task, entrant)
+        folder.mkdir(parents=True)
+        (folder / "summary.json").write_text("{}")
+        (folder / "results.jsonl").write_text("".join(
+            json.dumps({"seed": i, "test": t}) + "\n" for i, t in enumerate(tests)))
+
+    assert task_validity(tmp_path, "cora") == (None, "reference full not run")
+    write("cora", "full", [0.56, 0.58])
+    assert task_validity(tmp_path, "cora") == (None, "reference exphormer not run")
+    write("cora", "exphormer", [0.76, 0.79])
+    assert task_validity(tmp_path, "cora") == (False, "full 0.570 ≥ 0.55, exphormer 0.775 < 0.78")
+    write("listops", "full", [0.31, 0.35])
+    assert task_validity(tmp_path, "listops") == (True, "full 0.330 ≥ 0.30")
+    assert set(REFERENCES) == set(PROTOCOLS)
+    assert all(e in ENTRANTS for refs in REFERENCES.values() for e, _ in refs)
+
+
+def test_order_dependent_entrants_are_not_applicable_to_node_tasks(tmp_path):
+    """Sliceformer gives node r the r-th order statistic: refused by a node-level model, and the
+    league skips the cell (it says why) instead of training it."""
+    assert run_league(["cora"], ["sliceformer"], seeds=[0], out=tmp_path,
+                      progress=False) == {("cora", "sliceformer"): "n/a"}
+    assert not run_dir(tmp_path, "cora", "sliceformer").exists()
+    for (entrant, task) in NOT_APPLICABLE:
+        cfg = resolve_config(league_config(task, entrant, seeds=[0], out=tmp_path))
+        assert cfg["task"] in ("cora",)
 
 
 @pytest.mark.parametrize("task", list(DATA_CELLS))

@@ -150,6 +150,25 @@ def test_resume_after_sigkill_matches_uninterrupted_run(mirror, tmp_path):
     assert all(torch.equal(sa[k], sb[k]) for k in sa)
 
 
+def test_two_processes_training_different_seeds_into_one_folder_keep_every_seed(mirror, tmp_path):
+    """Seeds run in parallel into one ``--out`` (``--resume`` lets the second join the folder):
+    each seed's ``seed<k>/result.json`` is merged under a folder lock, so the last process to
+    finish does not drop the other's seeds."""
+    out = tmp_path / "run"
+    args = ["--task", "mutag", "--layers", "1", "--hidden", "8", "--heads", "2", "--epochs", "3",
+            "--producer", "input", "--no-progress", "--threads", "1", "--out", str(out), "--resume"]
+    procs = [_run_cli([*args, "--seeds", str(s)]) for s in (0, 1, 2)]
+    for p in procs:
+        assert p.wait(timeout=600) == 0, p.stderr.read().decode()[-2000:]
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert [r["seed"] for r in rows] == [0, 1, 2]
+    assert json.loads((out / "summary.json").read_text())["seeds"] == [0, 1, 2]
+    for s in (0, 1, 2):
+        assert json.loads((out / f"seed{s}" / "result.json").read_text())["seed"] == s
+        history = json.loads((out / f"seed{s}" / "history.json").read_text())
+        assert len(history) >= 1 and "loss" in history[0]
+
+
 @register_producer("test-signals")
 class _Signals(EdgeProducer):
     """Input edges with a learnable aux loss and a learnable policy over edges (for the runner)."""
