@@ -111,6 +111,34 @@ def check_node_features(x: Any, in_channels: int, module: nn.Module) -> None:
     check_dtype("x", x, module, type(module).__name__)
 
 
+def check_data_attributes(data: Any, num_nodes: int) -> None:
+    """Shapes of the per-node and per-edge attributes of ``data`` that producers may read: ``pos``
+    (``[N]`` or ``[N, d]``, floating point) and ``edge_attr`` (``[E]`` or ``[E, F]``, one row per
+    edge of ``data.edge_index``). Metadata only (no host read); a :class:`ValueError` names
+    the attribute. A malformed attribute is refused even where the chosen producer does not read
+    it: the same ``data`` would silently feed another producer wrong values."""
+    if data is None:
+        return
+    pos = getattr(data, "pos", None)
+    if pos is not None:
+        if not isinstance(pos, Tensor) or pos.dim() not in (1, 2) or pos.size(0) != num_nodes:
+            shape = list(pos.shape) if isinstance(pos, Tensor) else type(pos).__name__
+            raise ValueError(f"'data.pos' must be a tensor [N={num_nodes}] or [N={num_nodes}, d], "
+                             f"got {shape}")
+        if not pos.is_floating_point():
+            raise ValueError(f"'data.pos' must be floating point, got {pos.dtype}")
+    edge_attr = getattr(data, "edge_attr", None)
+    edge_index = getattr(data, "edge_index", None)
+    if edge_attr is not None:
+        if not isinstance(edge_attr, Tensor) or edge_attr.dim() not in (1, 2):
+            shape = list(edge_attr.shape) if isinstance(edge_attr, Tensor) else type(edge_attr).__name__
+            raise ValueError(f"'data.edge_attr' must be a 1-D or 2-D tensor [E, F_e], got {shape}")
+        if (isinstance(edge_index, Tensor) and edge_index.dim() == 2
+                and edge_attr.size(0) != edge_index.size(1)):
+            raise ValueError(f"'data.edge_attr' must have one row per edge of 'data.edge_index' "
+                             f"({edge_index.size(1)}), got shape {list(edge_attr.shape)}")
+
+
 def check_dtype(name: str, x: Tensor, module: nn.Module, what: str) -> None:
     """A clear error when the floating-point ``x`` does not have the dtype of ``module``'s
     parameters (instead of ``mat1 and mat2 must have the same dtype`` deep inside a projection).

@@ -100,6 +100,9 @@ class ProducerContext:
         self.num_graphs = num_graphs
         self.num_heads = num_heads
         self.data = data
+        if generator is not None and not isinstance(generator, torch.Generator):
+            raise ValueError(f"'generator' must be a torch.Generator or None, got "
+                             f"{type(generator).__name__}")
         self.generator = generator
         self.training = training
         self._projections = projections or {}

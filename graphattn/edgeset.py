@@ -153,7 +153,15 @@ def sort_rows(rows: Tensor, num_rows: int) -> tuple[Tensor, Tensor]:
     ``[num_rows + 1]`` of the sorted order (the layout of :meth:`EdgeSet.csr` and of the fused
     kernel's graphs)."""
     perm = torch.argsort(rows, stable=True)
-    return perm, ptr_from_counts(torch.bincount(rows, minlength=num_rows))
+    try:
+        counts = torch.bincount(rows, minlength=num_rows)
+    except RuntimeError as e:  # the counts are computed anyway: naming a bad index costs nothing
+        raise ValueError(f"'edge_index' holds a negative node index (expected indices in "
+                         f"[0, {num_rows})): {str(e).splitlines()[0]}") from None
+    if counts.numel() > num_rows:
+        raise ValueError(f"'edge_index' holds node index {counts.numel() - 1}, out of range "
+                         f"[0, {num_rows})")
+    return perm, ptr_from_counts(counts)
 
 
 class ExplicitOnlyError(TypeError):

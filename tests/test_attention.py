@@ -461,3 +461,15 @@ def test_edge_features_of_a_union_project_only_the_featured_rows_with_the_same_r
     torch.testing.assert_close(out_hint, out_full, rtol=1e-12, atol=1e-12)
     for a, b in zip(g_hint, g_full, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("edge_index, match", [
+    ([[0, 1, 2], [1, -2, 3]], "negative node index"),
+    ([[0, 1, 2], [1, 7, 3]], "node index 7, out of range"),
+])
+def test_validate_false_names_a_bad_target_index_on_the_reference_path(edge_index, match):
+    """``validate=False`` skips the index checks, but the reference path counts targets anyway:
+    a bad index is named there instead of torch's bincount error."""
+    conv = EdgeAttention(8, 4, heads=2, validate=False, kernel="reference")
+    with pytest.raises(ValueError, match=match):
+        conv(torch.randn(5, 8), torch.tensor(edge_index))

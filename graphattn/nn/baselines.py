@@ -26,8 +26,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torch_geometric.nn import GATConv, GCNConv
-from torch_geometric.nn.resolver import activation_resolver
 
+from graphattn.nn.blocks import activation
 from graphattn.nn.model import check_unused_args
 from graphattn.nn.registry import register_model
 from graphattn.signals import TrainingSignals
@@ -114,7 +114,7 @@ class GCNAnchor(_Anchor):
         super().__init__()
         self._check(task, num_layers, dropout, unused)
         self.dropout, self.input_dropout = dropout, input_dropout
-        self.act = activation_resolver(act)
+        self.act = activation(act)
         widths = [-1] + [hidden_channels] * (num_layers - 1) + [out_channels]
         self.layers = nn.ModuleList(GCNConv(widths[i], widths[i + 1], cached=False)
                                     for i in range(num_layers))
@@ -146,7 +146,7 @@ class GATAnchor(_Anchor):
             raise ValueError(f"'out_heads' must be a positive int, got {out_heads!r}")
         self.dropout, self.input_dropout = dropout, input_dropout
         attn = attn_dropout
-        self.act = activation_resolver(act)
+        self.act = activation(act)
         layers = []
         for i in range(num_layers):
             last = i == num_layers - 1

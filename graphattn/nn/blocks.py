@@ -24,17 +24,40 @@ from graphattn.nn.edge_gcn import EdgeGCNConv
 CONVS = ("gcn", "gcne", "gin", "gine", "gat", "sage", "resgated")
 
 
+def activation(act: Any) -> nn.Module:
+    """The activation module named ``act`` (a PyG activation name such as ``"relu"``, ``"elu"``,
+    ``"gelu"``, or a module instance); anything else is a :class:`ValueError` naming ``act``."""
+    if isinstance(act, nn.Module):
+        return act
+    if not isinstance(act, str):
+        raise ValueError(f"'act' must be an activation name (e.g. 'relu', 'elu', 'gelu') or an "
+                         f"nn.Module, got {act!r}")
+    try:
+        return activation_resolver(act)
+    except ValueError:
+        raise ValueError(f"'act' must be an activation name (e.g. 'relu', 'elu', 'gelu'), got "
+                         f"{act!r}") from None
+
+
 def make_norm(name: str | None, channels: int) -> tuple[nn.Module | None, bool]:
     """``(module, takes_batch)``. ``"layer_norm"`` and ``"batch_norm"`` are the node-wise
     :class:`torch.nn.LayerNorm` / :class:`torch.nn.BatchNorm1d`; other names resolve through PyG
-    (``"graph_norm"``, ``"instance_norm"``, ...), which take ``batch``."""
+    (``"graph_norm"``, ``"instance_norm"``, ...), which take ``batch``. Anything else is a
+    :class:`ValueError` naming ``norm``."""
     if name is None or name == "none":
         return None, False
+    if not isinstance(name, str):
+        raise ValueError(f"'norm' must be a normalisation name ('layer_norm', 'batch_norm', a PyG "
+                         f"norm such as 'graph_norm') or None, got {name!r}")
     if name == "layer_norm":
         return nn.LayerNorm(channels), False
     if name == "batch_norm":
         return nn.BatchNorm1d(channels), False
-    norm = normalization_resolver(name, channels)
+    try:
+        norm = normalization_resolver(name, channels)
+    except ValueError:
+        raise ValueError(f"'norm' must be 'layer_norm', 'batch_norm', a PyG norm name (e.g. "
+                         f"'graph_norm', 'instance_norm') or None, got {name!r}") from None
     takes_batch = "batch" in inspect.signature(norm.forward).parameters
     return norm, takes_batch
 
@@ -60,7 +83,7 @@ def make_skip(residual: bool, in_channels: int, channels: int) -> nn.Module | No
 
 def _mlp(channels: int, in_channels: int | None = None, act: str = "relu") -> nn.Sequential:
     i = channels if in_channels is None else in_channels
-    return nn.Sequential(Linear(i, channels), activation_resolver(act), Linear(channels, channels))
+    return nn.Sequential(Linear(i, channels), activation(act), Linear(channels, channels))
 
 
 def make_conv(conv: str | MessagePassing | None, channels: int, *, heads: int = 1,
@@ -120,7 +143,7 @@ class NodeEncoder(nn.Module):
                 raise ValueError("node_encoder='embedding' needs 'num_embeddings'")
             self.enc = nn.Embedding(num_embeddings, channels)
         else:
-            raise ValueError(f"unknown node encoder {kind!r}; use 'linear', 'atom' or 'embedding'")
+            raise ValueError(f"'node_encoder' must be 'linear', 'atom', 'embedding' or None, got {kind!r}")
 
     def forward(self, x: Tensor) -> Tensor:
         if self.kind == "linear":  # integer features: cast to the encoder's dtype
@@ -143,7 +166,7 @@ class EdgeEncoder(nn.Module):
 
             self.enc = BondEncoder(channels)
         else:
-            raise ValueError(f"unknown edge encoder {kind!r}; use 'linear' or 'bond'")
+            raise ValueError(f"'edge_encoder' must be 'linear', 'bond' or None, got {kind!r}")
 
     def forward(self, edge_attr: Tensor) -> Tensor:
         if edge_attr.dim() == 1:

@@ -39,10 +39,9 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 from torch_geometric.nn import Linear
-from torch_geometric.nn.resolver import activation_resolver
 
 from graphattn.edgeset import check_graph_inputs
-from graphattn.nn.blocks import EdgeEncoder, NodeEncoder, apply_norm, make_norm, make_skip
+from graphattn.nn.blocks import EdgeEncoder, NodeEncoder, activation, apply_norm, make_norm, make_skip
 from graphattn.nn.dropout import Dropout
 from graphattn.nn.edge_gcn import EdgeGCNConv
 from graphattn.nn.model import (
@@ -74,7 +73,7 @@ class _GCNPlusLayer(nn.Module):
         super().__init__()
         self.conv = EdgeGCNConv(in_channels, channels, edge_dim=edge_dim)
         self.norm, self.norm_takes_batch = make_norm(norm, channels)
-        self.act = activation_resolver(act)
+        self.act = activation(act)
         self.dropout = Dropout(dropout)
         #: an optional global branch whose output ``forward`` adds before the norm (``extra``)
         self.register_module("branch", None)
@@ -184,7 +183,7 @@ class GCNPlus(nn.Module):
             hnorm, _takes_batch = make_norm(norm, hidden_channels)
             if hnorm is not None:
                 head.append(hnorm)
-            head += [Dropout(dropout), activation_resolver(act)]
+            head += [Dropout(dropout), activation(act)]
         head.append(Linear(hidden_channels, out_channels))
         self.head = nn.Sequential(*head)
 

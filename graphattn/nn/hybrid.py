@@ -8,13 +8,12 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 from torch_geometric.nn import Linear, MessagePassing
-from torch_geometric.nn.resolver import activation_resolver
 
 from graphattn.attention import EdgeAttention
-from graphattn.checks import inputs_are_checked
+from graphattn.checks import check_data_attributes, inputs_are_checked
 from graphattn.edgeset import EdgeSet, check_graph_inputs
 from graphattn.kernels.dropout import dropout as fast_dropout
-from graphattn.nn.blocks import apply_norm, conv_takes_edge_attr, make_conv, make_norm, make_skip
+from graphattn.nn.blocks import activation, apply_norm, conv_takes_edge_attr, make_conv, make_norm, make_skip
 from graphattn.nn.dropout import Dropout
 from graphattn.producers.base import (
     EdgeProducer,
@@ -119,6 +118,10 @@ class HybridLayer(nn.Module):
         check_positive_int("ffn_ratio", ffn_ratio)
         check_channels("edge_dim", edge_dim, optional=True)
         check_channels("in_channels", in_channels, optional=True)
+        for name, value in (("attn_kwargs", attn_kwargs), ("producer_kwargs", producer_kwargs)):
+            if value is not None and not isinstance(value, Mapping):
+                raise ValueError(f"'{name}' must be a dict of keyword arguments or None, got "
+                                 f"{value!r}")
         dropout = check_rate("dropout", dropout)
         attn_dropout = check_rate("attn_dropout", attn_dropout)
         in_c = channels if in_channels is None else in_channels
@@ -165,12 +168,12 @@ class HybridLayer(nn.Module):
         use_ffn = ffn and not output_layer
         self.mlp = nn.Sequential(
             Linear(channels, ffn_ratio * channels),
-            activation_resolver(act),
+            activation(act),
             Dropout(dropout),
             Linear(ffn_ratio * channels, channels),
             Dropout(dropout),
         ) if use_ffn else None
-        self.act = activation_resolver(act)
+        self.act = activation(act)
         norm = None if output_layer else norm
         self.norm1, self._nb1 = make_norm(norm, in_c if self.norm_first else channels)
         self.norm2, self._nb2 = make_norm(norm, in_c if self.norm_first else channels)
@@ -228,6 +231,7 @@ class HybridLayer(nn.Module):
         ``edge_attr`` and the values of ``x`` in one host read (the attention checks its own)."""
         if not inputs_are_checked():
             self._check_inputs(x, edge_index, batch, edge_attr)
+            check_data_attributes(data, x.size(0))
         res = None if self.skip is None else self.skip(x)
         hs = []
         if self.conv is not None:

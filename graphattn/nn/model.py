@@ -10,12 +10,11 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 from torch_geometric.nn import Linear, global_add_pool, global_max_pool, global_mean_pool
-from torch_geometric.nn.resolver import activation_resolver
 
-from graphattn.checks import inputs_checked
+from graphattn.checks import check_data_attributes, inputs_checked
 from graphattn.edgeset import BaseEdgeSet, check_graph_inputs
 from graphattn.kernels.dropout import dropout as fast_dropout
-from graphattn.nn.blocks import DataView, EdgeEncoder, NodeEncoder, random_sign_flip
+from graphattn.nn.blocks import DataView, EdgeEncoder, NodeEncoder, activation, random_sign_flip
 from graphattn.nn.dropout import Dropout
 from graphattn.nn.hybrid import HybridLayer, producer_defaults
 from graphattn.nn.registry import register_model
@@ -64,6 +63,13 @@ def check_unused_args(preset: type, given: Mapping[str, Any]) -> None:
         if given[name] not in defaults:
             raise ValueError(f"the {preset.__name__} preset does not use {name!r} ({why}); got "
                              f"{name}={given[name]!r}: leave it at its default")
+
+
+def check_mapping(name: str, value: Any) -> None:
+    """A :class:`ValueError` naming ``name`` unless ``value`` is a mapping (of keyword arguments)
+    or ``None``."""
+    if value is not None and not isinstance(value, Mapping):
+        raise ValueError(f"'{name}' must be a dict of keyword arguments or None, got {value!r}")
 
 
 def check_node_level_producers(layers: Any) -> None:
@@ -259,8 +265,10 @@ class GraphTransformer(LastPassSignals, nn.Module):
         super().__init__()
         if task not in ("node", "graph"):
             raise ValueError(f"'task' must be 'node' or 'graph', got {task!r}")
-        if pool not in POOLS:
+        if not isinstance(pool, str) or pool not in POOLS:
             raise ValueError(f"'pool' must be one of {sorted(POOLS)}, got {pool!r}")
+        check_mapping("attn_kwargs", attn_kwargs)
+        check_mapping("producer_kwargs", producer_kwargs)
         check_model_args(hidden_channels=hidden_channels, out_channels=out_channels,
                          num_layers=num_layers, heads=heads, ffn_ratio=ffn_ratio,
                          head_layers=head_layers, pe_dim=pe_dim, num_embeddings=num_embeddings,
@@ -335,7 +343,7 @@ class GraphTransformer(LastPassSignals, nn.Module):
         self.final_norm = nn.LayerNorm(hidden_channels) if norm_first and head_layers else None
         head: list[nn.Module] = []
         for _ in range(head_layers - 1):
-            head += [Linear(hidden_channels, hidden_channels), activation_resolver(act),
+            head += [Linear(hidden_channels, hidden_channels), activation(act),
                      Dropout(dropout)]
         if head_layers:
             head.append(Linear(hidden_channels, out_channels))
@@ -431,6 +439,7 @@ class GraphTransformer(LastPassSignals, nn.Module):
             if E is not None and edge_attr.size(0) != E:
                 raise ValueError(f"'data.edge_attr' must have one row per edge ({E}), got shape "
                                  f"{list(edge_attr.shape)}")
+        check_data_attributes(data, N)
         pe = getattr(data, self.pe_attr, None) if self.pe_encoder is not None else None
         num_graphs = getattr(data, "num_graphs", None)
         check_graph_inputs(edge_index, N, batch,

@@ -39,12 +39,12 @@ from torch import Tensor, nn
 from torch.nn.modules.lazy import LazyModuleMixin
 from torch_geometric.nn import MessagePassing
 from torch_geometric.nn.conv.gcn_conv import gcn_norm
-from torch_geometric.nn.resolver import activation_resolver
 from torch_geometric.utils import spmm
 
 from graphattn.checks import check_dtype, check_positive_int, check_rate
 from graphattn.contract import ProducerContext
 from graphattn.edgeset import EdgeSet, cacheable, check_graph_inputs
+from graphattn.nn.blocks import activation
 from graphattn.nn.dropout import Dropout
 from graphattn.nn.model import check_unused_args
 from graphattn.nn.registry import register_model
@@ -271,7 +271,7 @@ class RandomPropagation(nn.Module):
         check_rate("feature_dropout", feature_dropout)
         self.feature_dropout = Dropout(feature_dropout)
         self.dropout = Dropout(dropout)
-        self.act = activation_resolver(act)
+        self.act = activation(act)
         self.norm = norm
         #: W1 before the propagation (propagating ``hidden_channels`` instead of the input width):
         #: exact when neither input dropout nor a norm sits between the propagation and W1

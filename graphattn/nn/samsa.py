@@ -13,11 +13,11 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 from torch_geometric.nn import Linear
-from torch_geometric.nn.resolver import activation_resolver
 from torch_geometric.utils import scatter, softmax
 
 from graphattn.attention import EdgeAttention
 from graphattn.edgeset import EdgeSet
+from graphattn.nn.blocks import activation
 from graphattn.nn.dropout import Dropout
 from graphattn.nn.model import (
     POOLS,
@@ -100,7 +100,7 @@ class SAMSABlock(nn.Module):
                                   **(attn_kwargs or {}))
         self.attn_out = Linear(channels, channels)
         self.mlp = nn.Sequential(
-            Linear(channels, ffn_channels), activation_resolver(act), Dropout(dropout),
+            Linear(channels, ffn_channels), activation(act), Dropout(dropout),
             Linear(ffn_channels, channels), Dropout(dropout),
         ) if ffn_channels else None
         self.reset_parameters()

@@ -211,3 +211,32 @@ def test_a_node_model_refuses_an_order_dependent_producer_unless_allowed():
                              allow_order_dependent=True)
     batch = make_batch([5], channels=4, dtype=torch.float32)
     assert model(batch).shape == (5, 3)
+
+
+@pytest.mark.parametrize("producer", [{"name": "knn", "k": 2}, "input", {"name": "sac", "warm_start": 0}])
+@pytest.mark.parametrize("bad", ["pos_rows", "pos_3d", "pos_int", "edge_attr_rows", "edge_attr_3d"])
+def test_malformed_pos_or_edge_attr_is_refused_whatever_the_producer(producer, bad):
+    """A malformed ``data.pos`` / ``data.edge_attr`` is refused, naming it, even by a producer that
+    does not read it (the same data would feed another producer wrong values)."""
+    x = torch.randn(6, 8)
+    ei = torch.tensor([[0, 1, 2, 3, 4], [1, 2, 3, 4, 5]])
+    attrs = {"pos": torch.randn(6, 2), "edge_attr": torch.randn(5, 4)}
+    attrs.update({"pos_rows": {"pos": torch.randn(4, 2)}, "pos_3d": {"pos": torch.randn(6, 2, 2)},
+                  "pos_int": {"pos": torch.ones(6, 2, dtype=torch.long)},
+                  "edge_attr_rows": {"edge_attr": torch.randn(3, 4)},
+                  "edge_attr_3d": {"edge_attr": torch.randn(5, 2, 2)}}[bad])
+    data = Data(x=x, edge_index=ei, **attrs)
+    layer = HybridLayer(8, producer=producer, heads=2)
+    name = "data.pos" if bad.startswith("pos") else "data.edge_attr"
+    with pytest.raises(ValueError, match=name.replace(".", r"\.")):
+        layer(x, None, torch.zeros(6, dtype=torch.long), data=data)
+    with pytest.raises(ValueError, match=name.replace(".", r"\.")):
+        GraphTransformer(8, 3, num_layers=1, producer=producer)(data)
+
+
+@pytest.mark.parametrize("producer", [{"name": "random", "k": 2}, "expander", "sbm", "samsa"])
+def test_a_generator_of_the_wrong_type_is_named(producer):
+    x = torch.randn(5, 8)
+    layer = HybridLayer(8, producer=producer, heads=2)
+    with pytest.raises(ValueError, match=r"'generator' must be a torch\.Generator or None, got int"):
+        layer(x, None, torch.zeros(5, dtype=torch.long), data=Data(x=x), generator=3)

@@ -196,3 +196,25 @@ def test_raw_feature_models_with_producers_that_need_the_input_width():
                              head_layers=0, task="node")
     assert model(data).shape == (9, 3)
     assert model.layers[-1].attn.heads == 3  # three heads of one channel each
+
+
+@pytest.mark.parametrize("cls", ["GraphTransformer", "HybridLayer"])
+def test_every_bad_constructor_argument_is_named(cls):
+    """Each argument of the two model constructors, given a value of a wrong type or range, is
+    either accepted or refused with an error that names it (norm, act, pool and the kwargs
+    mappings used to fail deep in PyG or with an unnamed TypeError)."""
+    import inspect
+
+    import graphattn
+
+    klass = getattr(graphattn, cls)
+    base = ({"hidden_channels": 16, "out_channels": 3} if cls == "GraphTransformer"
+            else {"channels": 16})
+    for name in inspect.signature(klass.__init__).parameters:
+        if name == "self":
+            continue
+        for value in ("bogus", -3, 2.5, True, [1], {}):
+            try:
+                klass(**{**base, name: value})
+            except (ValueError, TypeError) as e:
+                assert name in str(e), (name, value, str(e))
