@@ -294,7 +294,7 @@ class ConverterModel(GraphTransformer):
                              f"(use conv=None)")
         if readout is not None and readout not in POOLS:
             raise ValueError(f"'readout' must be one of {sorted(POOLS)}, got {readout!r}")
-        if kwargs.get("head_layers", 2) < 1:
+        if kwargs.get("head_layers", 1) < 1:
             raise ValueError("the Converter preset needs head_layers >= 1 (its blocks keep the width)")
         if kwargs.get("node_encoder", "linear") is None:
             raise ValueError("the Converter preset needs a node encoder (its blocks have width "

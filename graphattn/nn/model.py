@@ -206,9 +206,16 @@ class GraphTransformer(LastPassSignals, nn.Module):
         task (str): ``"node"`` or ``"graph"``.
         pool (str): graph read-out, ``"mean"``, ``"add"``, ``"max"`` or ``"cls"`` (the first node of
             each graph, e.g. the CLS node the sequence and image loaders put at local index 0).
-        head_layers (int): layers of the prediction MLP; ``0``: the last layer is an output layer
-            (:class:`HybridLayer` ``output_layer=True``) producing ``out_channels`` itself, as the
-            last layer of GCN / GAT (its attention heads are averaged).
+            A node task has no read-out: another value than the default is refused there.
+        head_layers (int): layers of the prediction MLP (default 1: a linear read-out);
+            ``0``: the last layer is an output layer (:class:`HybridLayer` ``output_layer=True``)
+            producing ``out_channels`` itself, as the last layer of GCN / GAT (its attention heads
+            are averaged). A deeper head (``Linear → act → Linear``) can die at the start of
+            training: when the pooled vectors of different graphs are nearly the same (a
+            channel offset shared by every node dominates them after a post-norm layer), each
+            ReLU unit is on for every graph or off for every graph, Adam switches them all off
+            within a few steps, and the loss stays at :math:`\ln C` with zero gradients. The
+            linear read-out has nothing to die.
         input_dropout (float): dropout on the raw input features (on their embedding for integer
             features).
         attn_kwargs, producer_kwargs (dict, optional), residual, ffn (bool): forwarded to every
@@ -253,7 +260,7 @@ class GraphTransformer(LastPassSignals, nn.Module):
         pe_dim: int = 16,
         task: str = "graph",
         pool: str = "mean",
-        head_layers: int = 2,
+        head_layers: int = 1,
         input_dropout: float = 0.0,
         attn_kwargs: dict[str, Any] | None = None,
         producer_kwargs: dict[str, Any] | None = None,
@@ -267,6 +274,9 @@ class GraphTransformer(LastPassSignals, nn.Module):
             raise ValueError(f"'task' must be 'node' or 'graph', got {task!r}")
         if not isinstance(pool, str) or pool not in POOLS:
             raise ValueError(f"'pool' must be one of {sorted(POOLS)}, got {pool!r}")
+        if task == "node" and pool != "mean":
+            raise ValueError(f"'pool' is the graph read-out; task='node' has none (got "
+                             f"pool={pool!r}): leave it at its default or use task='graph'")
         check_mapping("attn_kwargs", attn_kwargs)
         check_mapping("producer_kwargs", producer_kwargs)
         check_model_args(hidden_channels=hidden_channels, out_channels=out_channels,
@@ -278,10 +288,17 @@ class GraphTransformer(LastPassSignals, nn.Module):
             raise ValueError(f"head_layers=0 makes the last layer an output layer of width "
                              f"out_channels={out_channels}, which conv='gine' cannot build (it needs "
                              f"in_channels == channels = {hidden_channels}); use head_layers >= 1")
+        if conv == "gine" and edge_encoder is None and not self.builds_own_layers:
+            raise ValueError("conv='gine' adds edge features to every message: set "
+                             "edge_encoder='linear' (or 'bond' for ogb molecules) and give the "
+                             "data an 'edge_attr', or choose a conv that reads no edge features "
+                             "('gin', 'gcn', 'gat', ...)")
         if pe is not None and pe not in PE_ATTRS and pe_attr is None:
             raise ValueError(f"'pe' must be one of {sorted(PE_ATTRS)} (or give 'pe_attr'), got {pe!r}")
         self.task = task
         self.pool = pool
+        #: the local conv adds edge features to every message (GINE): data must carry edge_attr
+        self.needs_edge_attr = conv == "gine" and not self.builds_own_layers
         self.pe = pe
         self.pe_attr = pe_attr or (PE_ATTRS.get(pe) if pe else None)
         self.pe_dim = pe_dim
@@ -431,6 +448,10 @@ class GraphTransformer(LastPassSignals, nn.Module):
             raise ValueError(f"'data.batch' must be a torch.Tensor, got {type(batch).__name__}")
         edge_index = getattr(data, "edge_index", None)
         edge_attr = getattr(data, "edge_attr", None) if self.edge_encoder is not None else None
+        if edge_attr is None and getattr(self, "needs_edge_attr", False):
+            raise ValueError("'data.edge_attr' is missing: conv='gine' adds edge features to every "
+                             "message (give the data edge features, or choose a conv that reads "
+                             "none)")
         if edge_attr is not None:
             if not isinstance(edge_attr, Tensor) or edge_attr.dim() not in (1, 2):
                 shape = list(edge_attr.shape) if isinstance(edge_attr, Tensor) else type(edge_attr).__name__

@@ -852,6 +852,17 @@ def _write_seed(out_dir: Path, result: dict[str, Any], history: list[dict[str, A
         os.replace(tmp, folder / name)
 
 
+def _finished_seed(out_dir: Path, seed: int) -> dict[str, Any] | None:
+    """The result of ``seed`` if its ``seed<k>/result.json`` says it finished in ``out_dir``
+    (``--resume`` then keeps it instead of training the seed again, with or without its
+    checkpoints), else ``None``."""
+    try:
+        result = json.loads((out_dir / f"seed{seed}" / "result.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return result if isinstance(result, dict) and result.get("seed") == seed else None
+
+
 def _folder_results(out_dir: Path, results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """``results`` and every other seed's ``seed<k>/result.json`` in ``out_dir`` (another process
     may have trained seeds into the same folder), one per seed, sorted by seed; this process's
@@ -945,6 +956,10 @@ def _run(cfg: dict[str, Any], world: D.World | None, device: str,
         D.barrier(world)
     results = []
     for i, seed in enumerate(cfg["seeds"]):
+        finished = _finished_seed(out_dir, seed) if cfg["resume"] and out_dir is not None else None
+        if finished is not None:  # a committed run folder keeps no checkpoints: reuse its result
+            results.append(finished)
+            continue
         trainer = Trainer(cfg, task, seed, out_dir, world=world, device=device)
         if cfg["resume"]:
             trainer.resume()

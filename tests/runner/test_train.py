@@ -167,6 +167,12 @@ def test_two_processes_training_different_seeds_into_one_folder_keep_every_seed(
         assert json.loads((out / f"seed{s}" / "result.json").read_text())["seed"] == s
         history = json.loads((out / f"seed{s}" / "history.json").read_text())
         assert len(history) >= 1 and "loss" in history[0]
+    # a committed run folder has no checkpoints: --resume keeps each finished seed's result
+    for ckpt in out.glob("seed*/*.pt"):
+        ckpt.unlink()
+    assert _run_cli([*args, "--seeds", "0", "1", "2"]).wait(timeout=600) == 0
+    assert [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()] == rows
+    assert not list(out.glob("seed*/*.pt"))  # nothing was trained again
 
 
 @register_producer("test-signals")
