@@ -70,7 +70,7 @@ class LibraryLayer(nn.Module):
         self.o = nn.Linear(d, d)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.o(self.attn(x, self.producer, torch.zeros(x.size(0), dtype=torch.long)))
+        return self.o(self.attn(x, self.producer, batch=torch.zeros(x.size(0), dtype=torch.long)))
 
 
 class DenseBlock(nn.Module):

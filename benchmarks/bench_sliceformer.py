@@ -45,7 +45,7 @@ class AttnBlock(torch.nn.Module):
         self.out = torch.nn.Linear(channels, channels)
 
     def forward(self, x: torch.Tensor, batch: torch.Tensor) -> torch.Tensor:
-        return self.out(self.attn(x, self.producer, batch))
+        return self.out(self.attn(x, self.producer, batch=batch))
 
 
 def build(scope: str, impl: str, C: int, H: int) -> torch.nn.Module:

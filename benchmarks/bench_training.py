@@ -214,7 +214,7 @@ class PygModel(nn.Module):
         ea = self.edge_enc(data.edge_attr) if self.edge_enc is not None else None
         for conv, norm in zip(self.convs, self.norms, strict=True):
             if self.kind == "gps":
-                x = conv(x, data.edge_index, data.batch, edge_attr=ea) if ea is not None else conv(
+                x = conv(x, data.edge_index, edge_attr=ea, batch=data.batch) if ea is not None else conv(
                     x, data.edge_index, data.batch)
                 continue
             if self.kind == "gcn":

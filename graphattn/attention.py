@@ -3,6 +3,7 @@ r"""EdgeAttention: the one sparse message-passing attention layer that consumes 
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Hashable, Mapping
 from typing import Any
 
@@ -39,6 +40,55 @@ from graphattn.syncs import cpu_only
 KERNELS = ("auto", "reference", "fused")
 
 
+def _is_batch_vector(value: Any) -> bool:
+    """An integer vector: a graph id per node (``batch``), never edge features."""
+    return isinstance(value, Tensor) and value.dim() == 1 and not value.is_floating_point() \
+        and not value.is_complex()
+
+
+def _positional(args: tuple[Any, ...], **given: Any) -> tuple[Any, Any, Tensor | None]:
+    """``(edge_attr, return_attention_weights, batch)`` from the positional arguments after
+    ``edges`` and the keywords ``given``: the current order ``(edge_attr,
+    return_attention_weights)``, or the earlier ``(batch, edge_attr, return_attention_weights)``
+    (recognised by an integer vector, or ``None`` before a tensor, in third place; a
+    :class:`FutureWarning`)."""
+    if args and (_is_batch_vector(args[0]) or (
+            args[0] is None and len(args) > 1 and isinstance(args[1], Tensor))):
+        names: tuple[str, ...] = ("batch", "edge_attr", "return_attention_weights")
+        warnings.warn("EdgeAttention.forward(x, edges, batch, edge_attr) is the earlier order; "
+                      "the third positional argument is now 'edge_attr' (as in TransformerConv / "
+                      "GATConv): pass batch=... by keyword", FutureWarning, stacklevel=5)
+    else:
+        names = ("edge_attr", "return_attention_weights")
+    if len(args) > len(names):
+        raise TypeError(f"EdgeAttention.forward takes at most 4 positional arguments (x, edges, "
+                        f"edge_attr, return_attention_weights), got {2 + len(args)}")
+    for name, value in zip(names, args, strict=False):
+        if given[name] is not None:
+            raise TypeError(f"EdgeAttention.forward got '{name}' twice: positionally and by "
+                            f"keyword")
+        given[name] = value
+    return given["edge_attr"], given["return_attention_weights"], given["batch"]
+
+
+def _check_bipartite_indices(es: EdgeSet, num_sources: int, num_targets: int) -> None:
+    """Sources of a bipartite edge set in ``[0, num_sources)``, targets in ``[0, num_targets)``
+    (one host read); no virtual sources."""
+    if es.virtual_x is not None:
+        raise ValueError("bipartite input takes no virtual sources ('virtual_x')")
+    ei = es.edge_index
+    if not ei.numel():
+        return
+    lo_s, hi_s, lo_t, hi_t = torch.stack([ei[0].min(), ei[0].max(), ei[1].min(),
+                                          ei[1].max()]).tolist()
+    if lo_s < 0 or hi_s >= num_sources:
+        raise ValueError(f"'edge_index' sources must lie in [0, {num_sources}) (rows of x_src), "
+                         f"got [{lo_s}, {hi_s}]")
+    if lo_t < 0 or hi_t >= num_targets:
+        raise ValueError(f"'edge_index' targets must lie in [0, {num_targets}) (rows of x_dst), "
+                         f"got [{lo_t}, {hi_t}]")
+
+
 class EdgeAttention(MessagePassing):
     r"""Multi-head attention over an arbitrary :class:`~graphattn.EdgeSet`.
 
@@ -67,8 +117,30 @@ class EdgeAttention(MessagePassing):
     :math:`E \times H \times C` messages are checked against the memory budget first
     (:mod:`graphattn.memory`): too many edges raise a :class:`~graphattn.MemoryBudgetError`.
 
+    **A drop-in for PyG's attention convolutions.** ``forward(x, edge_index, edge_attr=None,
+    return_attention_weights=None, *, batch=None)`` takes the positional order of
+    :class:`~torch_geometric.nn.conv.TransformerConv` / :class:`~torch_geometric.nn.conv.GATConv`;
+    bipartite input ``x = (x_src, x_dst)`` with ``in_channels=(a, b)`` (queries from ``x_dst``,
+    keys and values from ``x_src``, on a plain ``edge_index`` or an explicit edge set);
+    ``root_weight`` and ``beta`` are TransformerConv's skip and gate,
+
+    .. math::
+        o_i \leftarrow o_i + W_r x_i \quad\text{or, with beta,}\quad
+        \beta_i = \sigma\big(w_\beta^\top [o_i, W_r x_i, o_i - W_r x_i]\big),\;
+        o_i \leftarrow \beta_i W_r x_i + (1 - \beta_i)\, o_i,
+
+    and ``add_self_loops`` is GATConv's (self-loops added to a plain ``edge_index``, after removing
+    any there are, their edge features filled by ``fill_value``). With the same weights and the
+    same options the layer computes TransformerConv's function. Its own defaults differ from
+    TransformerConv's in one place: ``root_weight=False`` (the attention alone, as a transformer
+    block's attention whose residual lives outside it); pass ``root_weight=True`` for
+    TransformerConv's default. The earlier order ``forward(x, edges, batch, edge_attr)`` still
+    works for one release with a :class:`FutureWarning` (a third positional argument that is an
+    integer vector of one graph id per node is read as ``batch``).
+
     Args:
-        in_channels (int): input size, ``-1`` for lazy initialisation.
+        in_channels (int or tuple): input size, ``-1`` for lazy initialisation; a pair
+            ``(source width, target width)`` for bipartite input.
         out_channels (int): size :math:`C` of each head.
         heads (int): number of heads :math:`H`.
         concat (bool): concatenate (``True``) or average the heads.
@@ -89,6 +161,14 @@ class EdgeAttention(MessagePassing):
             kernel that meets it), but an edge joining two graphs goes unnoticed.
         complex_output (str): for complex weights (operator edge sets): ``"real"`` keeps the real
             part, ``"complex"`` returns the complex result.
+        root_weight (bool): add the skip :math:`W_r x_i` to the output (TransformerConv's
+            ``root_weight``; default ``False``, see above).
+        beta (bool): gate the skip and the attention by :math:`\beta_i` (needs ``root_weight``).
+        add_self_loops (bool): add a self-loop to every target of a plain ``edge_index`` (GATConv's
+            ``add_self_loops``); an edge set or a producer chooses its own edges (a
+            :class:`ValueError`: e.g. ``{"name": "input", "self_loops": True}``).
+        fill_value (float or str): the edge features of the added self-loops (``"mean"``, ``"add"``,
+            ... or a number; :func:`torch_geometric.utils.add_self_loops`).
 
     **PyG explain.** The layer is a :class:`~torch_geometric.nn.MessagePassing` citizen for
     :class:`torch_geometric.explain.Explainer`:
@@ -124,6 +204,10 @@ class EdgeAttention(MessagePassing):
         kernel: str = "auto",
         validate: bool = True,
         complex_output: str = "real",
+        root_weight: bool = False,
+        beta: bool = False,
+        add_self_loops: bool = False,
+        fill_value: float | str = "mean",
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("aggr", "add")
@@ -133,16 +217,30 @@ class EdgeAttention(MessagePassing):
         if kernel not in KERNELS:
             raise ValueError(f"'kernel' must be one of {KERNELS}, got {kernel!r}")
         # -1 is PyG's lazy width; 0 and other negative widths are refused (they used to be lazy)
-        check_channels("in_channels", in_channels)
+        if isinstance(in_channels, (tuple, list)):
+            if len(in_channels) != 2:
+                raise ValueError(f"'in_channels' must be an int or a pair (source width, target "
+                                 f"width), got {in_channels!r}")
+            src_c, dst_c = (check_channels("in_channels", c) for c in in_channels)
+            in_channels = (src_c, dst_c)
+        else:
+            src_c = dst_c = check_channels("in_channels", in_channels)
         check_positive_int("out_channels", out_channels)
         check_positive_int("heads", heads)
         check_channels("edge_dim", edge_dim, optional=True)
         dropout = check_rate("dropout", dropout)
-        for flag, value in (("concat", concat), ("bias", bias), ("validate", validate)):
+        for flag, value in (("concat", concat), ("bias", bias), ("validate", validate),
+                            ("root_weight", root_weight), ("beta", beta),
+                            ("add_self_loops", add_self_loops)):
             if not isinstance(value, bool):
                 raise ValueError(f"'{flag}' must be a bool, got {value!r}")
         if complex_output not in ("real", "complex"):
             raise ValueError(f"'complex_output' must be 'real' or 'complex', got {complex_output!r}")
+        if beta and not root_weight:
+            raise ValueError("'beta' gates the root weight's skip: set root_weight=True too")
+        if isinstance(fill_value, bool) or not isinstance(fill_value, (int, float, str)):
+            raise ValueError(f"'fill_value' must be a number or a reduction name such as 'mean', "
+                             f"got {fill_value!r}")
         self.in_channels = in_channels
         self.out_channels = out_channels
         self.heads = heads
@@ -153,21 +251,30 @@ class EdgeAttention(MessagePassing):
         self.kernel = kernel
         self.validate = validate
         self.complex_output = complex_output
+        self.root_weight = root_weight
+        self.beta = beta
+        self.add_self_loops = add_self_loops
+        self.fill_value = fill_value
+        #: the widths of the source (key, value) and target (query, skip) features
+        self.source_channels, self.target_channels = src_c, dst_c
         self.scale = 1.0 / math.sqrt(out_channels)
         self._alpha = None
 
         HC = heads * out_channels
         if mode == "attention":
-            self.lin_query = Linear(in_channels, HC, bias=bias)
-            self.lin_key = Linear(in_channels, HC, bias=bias)
+            self.lin_query = Linear(dst_c, HC, bias=bias)
+            self.lin_key = Linear(src_c, HC, bias=bias)
         else:
             self.register_module("lin_query", None)
             self.register_module("lin_key", None)
-        self.lin_value = Linear(in_channels, HC, bias=bias)
+        self.lin_value = Linear(src_c, HC, bias=bias)
         if edge_dim is not None:
             self.lin_edge = Linear(edge_dim, HC, bias=False)
         else:
             self.register_module("lin_edge", None)
+        out_width = HC if concat else out_channels
+        self.lin_skip = Linear(dst_c, out_width, bias=bias) if root_weight else None
+        self.lin_beta = Linear(3 * out_width, 1, bias=False) if beta else None
         #: the edge set of the last call, and the attention path that ran on it
         #: (``"fused"``, ``"reference"``, ``"shared_sources"``, ``"shared_slots"``, ``"permutation"``,
         #: ``"operator"``; see :mod:`graphattn.dispatch`)
@@ -177,38 +284,43 @@ class EdgeAttention(MessagePassing):
 
     def reset_parameters(self) -> None:
         super().reset_parameters()
-        for lin in (self.lin_query, self.lin_key, self.lin_value, self.lin_edge):
+        for lin in (self.lin_query, self.lin_key, self.lin_value, self.lin_edge, self.lin_skip,
+                    self.lin_beta):
             if lin is not None:
                 lin.reset_parameters()
 
     # ------------------------------------------------------------------ forward
     def forward(
         self,
-        x: Tensor,
+        x: Tensor | tuple[Tensor, Tensor],
         edges: EdgeSet | Tensor | EdgeProducer,
-        batch: Tensor | None = None,
+        *args: Any,
         edge_attr: Tensor | None = None,
         return_attention_weights: bool | None = None,
-        *,
+        batch: Tensor | None = None,
         data: Any = None,
         generator: torch.Generator | None = None,
         inputs: Mapping[str, Tensor] | None = None,
         signals: TrainingSignals | None = None,
         edge_cache: dict[Hashable, Any] | None = None,
     ) -> Tensor | tuple[Tensor, tuple[Tensor, Tensor]]:
-        r"""Runs the layer.
+        r"""Runs the layer: ``forward(x, edges, edge_attr=None, return_attention_weights=None, *,
+        batch=None, ...)`` (``edge_attr`` and ``return_attention_weights`` may be given
+        positionally, in TransformerConv's order).
 
         Args:
             x: ``[N, F]`` node features, no NaN/inf, of the layer's parameter dtype: another
                 floating-point dtype is refused with a :class:`ValueError` naming both (not cast;
-                under :func:`torch.autocast` the projections cast as usual).
+                under :func:`torch.autocast` the projections cast as usual); or a pair
+                ``(x_src [S, F_s], x_dst [N, F_t])`` (bipartite: one graph, edges ``src < S`` →
+                ``dst < N``).
             edges: an :class:`EdgeSet`, a plain ``edge_index [2, E]`` (an explicit edge set in the
                 layer's mode), a sparse ``adj_t`` (:class:`torch_sparse.SparseTensor` or torch
                 sparse tensor, row = target, column = source, values = ``weight``; see
                 :meth:`EdgeSet.from_sparse_tensor`) or an :class:`EdgeProducer`, called here after
                 the projections.
-            batch: ``[N]`` graph of each node (default: one graph).
             edge_attr: ``[E, edge_dim]`` features of a plain ``edge_index``.
+            batch: ``[N]`` graph of each node (default: one graph); keyword only.
             return_attention_weights: if set, also return ``(edge_index, alpha)`` for the edges
                 really used (``to_explicit()`` order): ``alpha [E, H]`` is the coefficient of
                 :math:`v_j` in :math:`o_i` (softmax times weight, before dropout); for per-head
@@ -224,12 +336,21 @@ class EdgeAttention(MessagePassing):
         After the call, :attr:`last_edges` is that edge set and :attr:`last_kernel` names the path
         that ran (see :mod:`graphattn.dispatch`).
         """
+        edge_attr, return_attention_weights, batch = _positional(
+            args, edge_attr=edge_attr, return_attention_weights=return_attention_weights,
+            batch=batch)
+        x_src = None
+        if isinstance(x, (tuple, list)):
+            x_src, x = self._check_bipartite(x, edges, batch)
         x, batch, num_graphs = self._check_inputs(x, batch)
+        if self.add_self_loops:
+            edges, edge_attr = self._with_self_loops(edges, edge_attr, x, x_src)
         ctx = ProducerContext(x, batch, num_graphs=num_graphs, num_heads=self.heads, data=data,
                               generator=generator, training=self.training, inputs=inputs,
-                              edge_cache=edge_cache, projections=self._projections(x),
+                              edge_cache=edge_cache, projections=self._projections(x, x_src),
                               validate=False)  # checked above
-        es = self._edge_set(edges, ctx, edge_attr)
+        es = self._edge_set(edges, ctx, edge_attr, num_sources=None if x_src is None
+                            else x_src.size(0))
         if signals is not None:
             signals.add(es)
         need_alpha = return_attention_weights is not None or _trace.is_tracing()
@@ -248,6 +369,8 @@ class EdgeAttention(MessagePassing):
         self.last_kernel = res.kernel
         out = res.out.real if res.out.is_complex() and self.complex_output == "real" else res.out
         out = out.reshape(x.size(0), self.heads * self.out_channels) if self.concat else out.mean(dim=1)
+        if self.lin_skip is not None:
+            out = self._skip(out, x)
         if not need_alpha:
             return out
         explicit = es.to_explicit()
@@ -260,18 +383,61 @@ class EdgeAttention(MessagePassing):
         return out
 
     def _edge_set(self, edges: EdgeSet | Tensor | EdgeProducer, ctx: ProducerContext,
-                  edge_attr: Tensor | None) -> EdgeSet:
+                  edge_attr: Tensor | None, num_sources: int | None = None) -> EdgeSet:
         """The edge set to attend over (a producer is called with ``ctx``), checked against the
-        layer and the nodes; kept as :attr:`last_edges`."""
+        layer and the nodes (bipartite: ``num_sources`` source rows); kept as
+        :attr:`last_edges`."""
         if isinstance(edges, EdgeProducer):
             es = edges(ctx.x, ctx.batch, context=ctx)
             if edge_attr is not None:
                 es = as_edge_set(es, num_heads=self.heads, edge_attr=edge_attr)
         else:
             es = as_edge_set(edges, num_heads=self.heads, mode=self.mode, edge_attr=edge_attr)
-        self._check_edge_set(es, ctx.x, ctx.batch)
+        self._check_edge_set(es, ctx.x, ctx.batch, num_sources)
         self.last_edges = es
         return es
+
+    def _check_bipartite(self, x: tuple[Any, ...] | list[Any], edges: Any,
+                         batch: Tensor | None) -> tuple[Tensor, Tensor]:
+        """``(x_src, x_dst)`` of bipartite input, checked: two feature tensors of the layer's
+        source and target widths, on a plain ``edge_index`` or an explicit edge set, one graph."""
+        if len(x) != 2:
+            raise ValueError(f"'x' must be a tensor or a pair (x_src, x_dst), got {len(x)} items")
+        x_src, x_dst = x
+        if isinstance(edges, EdgeProducer):
+            raise ValueError("bipartite input (x_src, x_dst) takes a plain 'edge_index' or an "
+                             "explicit EdgeSet: a producer builds edges among one node set")
+        if batch is not None:
+            raise ValueError("bipartite input (x_src, x_dst) is one graph: pass no 'batch'")
+        check_node_features(x_src, self.source_channels, self)
+        check_node_features(x_dst, self.target_channels, self)
+        if x_src.dtype != x_dst.dtype:
+            raise ValueError(f"'x' must hold two tensors of one dtype, got {x_src.dtype} and "
+                             f"{x_dst.dtype}")
+        return x_src, x_dst
+
+    def _with_self_loops(self, edges: Any, edge_attr: Tensor | None, x: Tensor,
+                         x_src: Tensor | None) -> tuple[Tensor, Tensor | None]:
+        """GATConv's ``add_self_loops``: a plain ``edge_index`` without its self-loops, then one
+        per target (bipartite: per index below both node counts), their features ``fill_value``."""
+        from torch_geometric.utils import add_self_loops, remove_self_loops
+
+        if not isinstance(edges, Tensor) or edges.is_sparse or edges.dim() != 2:
+            raise ValueError("add_self_loops=True adds self-loops to a plain 'edge_index' [2, E]; "
+                             "an edge set or a producer chooses its own edges (e.g. "
+                             "{'name': 'input', 'self_loops': True})")
+        num_nodes = x.size(0) if x_src is None else min(x.size(0), x_src.size(0))
+        edges, edge_attr = remove_self_loops(edges, edge_attr)
+        return add_self_loops(edges, edge_attr, fill_value=self.fill_value, num_nodes=num_nodes)
+
+    def _skip(self, out: Tensor, x: Tensor) -> Tensor:
+        r"""TransformerConv's root weight: :math:`o + W_r x`, or gated by :math:`\beta`."""
+        assert self.lin_skip is not None
+        x_r = self.lin_skip(x)
+        if self.lin_beta is None:
+            return out + x_r
+        gate = torch.sigmoid(self.lin_beta(torch.cat([out, x_r, out - x_r], dim=-1)))
+        return gate * x_r + (1 - gate) * out
 
     def _project_edge_attr(self, es: EdgeSet) -> Tensor:
         r""":math:`W_E e_{ji}` for every edge, ``[E, H·C]``. ``lin_edge`` has no bias, so the rows
@@ -336,7 +502,7 @@ class EdgeAttention(MessagePassing):
     def _check_inputs(self, x: Tensor, batch: Tensor | None) -> tuple[Tensor, Tensor, int | None]:
         """``(x, batch, num_graphs)``; ``num_graphs`` is ``None`` without nodes. The value checks
         (x finite, graph ids non-negative) and the graph count take one host read."""
-        check_node_features(x, self.in_channels, self)
+        check_node_features(x, self.target_channels, self)
         N = x.size(0)
         if batch is None:
             batch = torch.zeros(N, dtype=torch.long, device=x.device)
@@ -358,7 +524,8 @@ class EdgeAttention(MessagePassing):
             raise ValueError(f"'batch' must hold non-negative graph ids, got {bmin}")
         return x, batch, bmax + 1
 
-    def _check_edge_set(self, es: EdgeSet, x: Tensor, batch: Tensor) -> None:
+    def _check_edge_set(self, es: EdgeSet, x: Tensor, batch: Tensor,
+                        num_sources: int | None = None) -> None:
         if es.num_heads != self.heads:
             raise ValueError(
                 f"the edge set is for num_heads={es.num_heads} but the layer has heads={self.heads}"
@@ -377,19 +544,24 @@ class EdgeAttention(MessagePassing):
             )
         if es.structure != "explicit" and es.edge_attr is not None:
             raise ValueError("'edge_attr' is only supported on explicit edge sets")
-        if self.validate:
+        if num_sources is not None:  # bipartite: sources index x_src, targets x_dst
+            _check_bipartite_indices(es, num_sources, x.size(0))
+        elif self.validate:
             es.validate(x.size(0), batch)
         if es.virtual_x is not None and es.virtual_x.size(1) != x.size(1):
             raise ValueError(
                 f"'virtual_x' must have the width of 'x' ({x.size(1)}), got {es.virtual_x.size(1)}"
             )
 
-    def _projections(self, x: Tensor) -> dict[str, Any]:
+    def _projections(self, x: Tensor, x_src: Tensor | None = None) -> dict[str, Any]:
+        """The lazy projections: queries of the targets ``x``, keys and values of the sources
+        (``x_src`` for bipartite input, else ``x``)."""
         H, C = self.heads, self.out_channels
-        proj: dict[str, Any] = {"value": lambda: self.lin_value(x).view(-1, H, C)}
+        src = x if x_src is None else x_src
+        proj: dict[str, Any] = {"value": lambda: self.lin_value(src).view(-1, H, C)}
         if self.mode == "attention":
             proj["query"] = lambda: self.lin_query(x).view(-1, H, C)
-            proj["key"] = lambda: self.lin_key(x).view(-1, H, C)
+            proj["key"] = lambda: self.lin_key(src).view(-1, H, C)
         return proj
 
     def _use_fused(self, es: EdgeSet, v: Tensor) -> bool:

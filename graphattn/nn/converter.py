@@ -80,7 +80,9 @@ class ComplexValueAttention(EdgeAttention):
             for lin in (self.lin_value, imag):
                 nn.init.normal_(lin.weight, std=math.sqrt(0.5))
 
-    def _projections(self, x: Tensor) -> dict[str, Any]:
+    def _projections(self, x: Tensor, x_src: Tensor | None = None) -> dict[str, Any]:
+        if x_src is not None:
+            raise ValueError(f"{type(self).__name__} takes one node set, not bipartite input")
         C = self.out_channels
 
         def value() -> Tensor:
@@ -232,7 +234,7 @@ class ConverterBlock(nn.Module):
         """``x [N, D]`` (real) → ``[N, D]`` (real). ``edge_index`` / ``edge_attr`` are unused (the
         operator spans each graph's complete digraph); ``signals`` receives the operator edge set
         (its kernel-polynomial ``aux_loss``); ``edge_cache`` is passed to the producer."""
-        kn = self.attn(x, self.producer, batch, data=data, generator=generator, signals=signals,
+        kn = self.attn(x, self.producer, batch=batch, data=data, generator=generator, signals=signals,
                        edge_cache=edge_cache)
         z = self.norm_z(kn + x)
         zeta = self.zeta.clamp(0.0, 1.0)

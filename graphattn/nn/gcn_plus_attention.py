@@ -77,7 +77,7 @@ class GlobalBranch(nn.Module):
 
     def forward(self, h: Tensor, batch: Tensor, data: Any, generator: torch.Generator | None,
                 signals: TrainingSignals, edge_cache: dict[Hashable, Any]) -> Tensor:
-        out = self.attn(h, self.producer, batch, data=data, generator=generator, signals=signals,
+        out = self.attn(h, self.producer, batch=batch, data=data, generator=generator, signals=signals,
                         edge_cache=edge_cache)
         return self.out(out)
 

@@ -246,7 +246,7 @@ class HybridLayer(nn.Module):
         if self.attn is not None:
             assert self.producer is not None
             h = apply_norm(self.norm2, self._nb2, x, batch) if self.norm_first else x
-            h = self.attn(h, self.producer, batch, data=data, generator=generator, signals=signals,
+            h = self.attn(h, self.producer, batch=batch, data=data, generator=generator, signals=signals,
                           edge_cache=edge_cache)
             if self.attn_out is not None:
                 h = self.attn_out(h)

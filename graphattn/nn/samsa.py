@@ -128,7 +128,7 @@ class SAMSABlock(nn.Module):
         """``x [N, d]`` → ``[N, d]``; ``alpha`` is the residual scalar; ``signals`` receives the
         edge set (see :mod:`graphattn.signals`)."""
         B = int(batch.max()) + 1 if num_graphs is None and batch.numel() else (num_graphs or 1)
-        h = self.attn(self.norm1(x), self.producer, batch, data=data, generator=generator,
+        h = self.attn(self.norm1(x), self.producer, batch=batch, data=data, generator=generator,
                       inputs={SCORE_INPUT: x}, signals=signals)
         x = x + alpha * drop_path(self.attn_out(h), batch, B, self.drop_path, self.training)
         if self.mlp is not None:

