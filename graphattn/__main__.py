@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 # name -> (module with ``add_arguments(parser)`` and ``main(args) -> int``, one-line help)
 SUBCOMMANDS = {
@@ -36,9 +38,16 @@ DESCRIPTION = ("graphattn: efficient attention on graphs, sequences, images and 
                "Without a sub-command it runs the main job ('graphattn run').")
 
 
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line (the usage is one ``--help`` away)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The parser; sub-command options are added for ``only`` (all sub-commands when ``None``)."""
-    parser = argparse.ArgumentParser(prog="graphattn", description=DESCRIPTION)
+    parser = _Parser(prog="graphattn", description=DESCRIPTION)
     parser.add_argument("--debug", action="store_true", help="show full tracebacks on errors")
     sub = parser.add_subparsers(dest="command", metavar="{" + ",".join(SUBCOMMANDS) + "}")
     for name, (module, help_text) in SUBCOMMANDS.items():
@@ -76,6 +85,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         return int(args._main(args) or 0)
+    except BrokenPipeError:  # the reader went away (e.g. '| head'): stop quietly
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
     except KeyboardInterrupt:
         print(f"graphattn {name}: interrupted", file=sys.stderr)
         return 130

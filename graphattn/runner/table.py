@@ -129,7 +129,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    table = render([read_run(r) for r in args.runs], args.format)
+    rows, unfinished = [], []
+    for run in args.runs:
+        try:
+            rows.append(read_run(run))
+        except (FileNotFoundError, ValueError) as exc:  # listed, not fatal: another may be running
+            unfinished.append(f"{run}: {exc}")
+    if not rows:
+        raise ValueError("no finished run among the folders given:\n  " + "\n  ".join(unfinished))
+    table = render(rows, args.format)
+    if unfinished and args.format == "markdown":
+        table += "\nUnfinished (left out):\n\n" + "".join(f"* {u}\n" for u in unfinished)
     if args.out:
         Path(args.out).write_text(table, encoding="utf-8")
     else:

@@ -817,6 +817,9 @@ def _claim_run_folder(out_dir: Path, *, overwrite: bool, resume: bool) -> None:
     or ``overwrite`` (remove the earlier run's files first)."""
     if out_dir.exists() and not out_dir.is_dir():
         raise ValueError(f"--out {out_dir} exists and is not a folder")
+    if resume and not out_dir.exists():
+        raise ValueError(f"--resume: {out_dir} holds no run to continue (check --out, or leave "
+                         f"out --resume to start one)")
     earlier = [p for p in (out_dir / f for f in RUN_FILES) if p.exists()]
     earlier += sorted(p for p in out_dir.glob("seed*") if p.is_dir()) if out_dir.is_dir() else []
     if earlier and not resume:

@@ -206,3 +206,22 @@ def test_viz_help_imports_no_torch_and_its_figures_match_the_api():
     from graphattn.viz import api, cli
 
     assert cli.FIGURES == api.FIGURES
+
+
+def test_one_line_errors_for_json_a_missing_resume_and_unfinished_table_folders(tmp_path, capsys):
+    """Bad JSON is one line (not the usage), ``--resume`` on a folder with no run is an error, and
+    ``graphattn table`` lists an unfinished folder instead of aborting."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(["run", "--producer", "{bad"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not valid JSON" in err and "usage:" not in err
+    missing = tmp_path / "no-such-run"
+    assert main(["run", "--task", "mutag", "--epochs", "1", "--out", str(missing),
+                     "--resume"]) == 2
+    assert "holds no run to continue" in capsys.readouterr().err and not missing.exists()
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="no finished run"):
+        from graphattn.runner import table
+
+        table.main(argparse.Namespace(runs=[str(tmp_path / "empty")], format="markdown", out=None))

@@ -151,13 +151,17 @@ def test_resume_after_sigkill_matches_uninterrupted_run(mirror, tmp_path):
 
 
 def test_two_processes_training_different_seeds_into_one_folder_keep_every_seed(mirror, tmp_path):
-    """Seeds run in parallel into one ``--out`` (``--resume`` lets the second join the folder):
-    each seed's ``seed<k>/result.json`` is merged under a folder lock, so the last process to
-    finish does not drop the other's seeds."""
+    """Seeds run in parallel into one ``--out`` (the first process starts the run, the others
+    join it with ``--resume``): each seed's ``seed<k>/result.json`` is merged under a folder lock,
+    so the last process to finish does not drop the other's seeds."""
     out = tmp_path / "run"
     args = ["--task", "mutag", "--layers", "1", "--hidden", "8", "--heads", "2", "--epochs", "3",
-            "--producer", "input", "--no-progress", "--threads", "1", "--out", str(out), "--resume"]
-    procs = [_run_cli([*args, "--seeds", str(s)]) for s in (0, 1, 2)]
+            "--producer", "input", "--no-progress", "--threads", "1", "--out", str(out)]
+    procs = [_run_cli([*args, "--seeds", "0"])]
+    deadline = time.time() + 300
+    while not out.is_dir() and time.time() < deadline and procs[0].poll() is None:
+        time.sleep(0.05)
+    procs += [_run_cli([*args, "--resume", "--seeds", str(s)]) for s in (1, 2)]
     for p in procs:
         assert p.wait(timeout=600) == 0, p.stderr.read().decode()[-2000:]
     rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
@@ -170,7 +174,7 @@ def test_two_processes_training_different_seeds_into_one_folder_keep_every_seed(
     # a committed run folder has no checkpoints: --resume keeps each finished seed's result
     for ckpt in out.glob("seed*/*.pt"):
         ckpt.unlink()
-    assert _run_cli([*args, "--seeds", "0", "1", "2"]).wait(timeout=600) == 0
+    assert _run_cli([*args, "--resume", "--seeds", "0", "1", "2"]).wait(timeout=600) == 0
     assert [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()] == rows
     assert not list(out.glob("seed*/*.pt"))  # nothing was trained again
 
