@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+import sys
 from typing import Any
 
 from graphattn.runner.choices import CONV_NAMES, MODEL_NAMES, PRODUCER_NAMES, TASK_NAMES
@@ -198,6 +199,7 @@ def config_from_args(args: argparse.Namespace) -> dict[str, Any]:
             cfg[key] = value
             given.add(key)
     try:
+        check_names(cfg)
         resolved = resolve_config(cfg)
         check_device(resolved["device"])
     except ConfigError as exc:
@@ -232,3 +234,39 @@ def main(args: argparse.Namespace) -> int:
           f"{len(s['seeds'])} seed(s)); results in {out}")
     return 0
 
+
+def _producer_names(spec: Any) -> list[str]:
+    """Every producer name in a producer spec (a name, a mapping with ``name``, a union's
+    ``producers``, or a list per layer)."""
+    if isinstance(spec, str):
+        return [spec]
+    if isinstance(spec, dict):
+        names = [spec["name"]] if isinstance(spec.get("name"), str) else []
+        return names + [n for part in spec.get("producers") or [] for n in _producer_names(part)]
+    if isinstance(spec, list):
+        return [n for part in spec for n in _producer_names(part)]
+    return []
+
+
+def check_names(cfg: dict[str, Any]) -> None:
+    """The task, model, conv and producer names set in ``cfg``, checked before torch or any data is
+    loaded (a :class:`ValueError` naming the option and the choices): against the built-in names,
+    or the live registries where they are already imported (names registered from Python)."""
+    tasks, models, producers = TASK_NAMES, MODEL_NAMES, PRODUCER_NAMES
+    if "graphattn.runner.tasks" in sys.modules:
+        tasks = tuple(sys.modules["graphattn.runner.tasks"].TASKS)
+    if "graphattn.nn.registry" in sys.modules:
+        models = tuple(sys.modules["graphattn.nn.registry"].MODELS)
+    if "graphattn.producers.registry" in sys.modules:
+        producers = tuple(sys.modules["graphattn.producers.registry"].PRODUCERS)
+    for key, names in (("task", tasks), ("model", models)):
+        value = cfg.get(key)
+        if isinstance(value, str) and value not in names:  # a wrong type: resolve_config says so
+            raise ConfigError(key, f"unknown {key} {value!r}; choose from {', '.join(names)}")
+    conv = cfg.get("conv")
+    if isinstance(conv, str) and conv != "none" and conv not in CONV_NAMES:
+        raise ConfigError("conv", f"unknown conv {conv!r}; choose from none, {', '.join(CONV_NAMES)}")
+    unknown = [n for n in _producer_names(cfg.get("producer")) if n not in producers]
+    if unknown:
+        raise ConfigError("producer", f"unknown producer {unknown[0]!r}; choose from "
+                                      f"{', '.join(producers)}")

@@ -225,3 +225,21 @@ def test_one_line_errors_for_json_a_missing_resume_and_unfinished_table_folders(
         from graphattn.runner import table
 
         table.main(argparse.Namespace(runs=[str(tmp_path / "empty")], format="markdown", out=None))
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--task", "nosuch"], "--task unknown task 'nosuch'; choose from cora"),
+    (["--producer", '{"name": "union", "producers": ["input", "expandr"]}'],
+     "--producer unknown producer 'expandr'"),
+    (["--model", "gpt"], "--model unknown model 'gpt'"),
+    (["--conv", "gcnn"], "--conv unknown conv 'gcnn'"),
+])
+def test_misspelt_names_fail_before_torch_is_imported(args, message):
+    """The names are checked against the built-in lists in a fresh interpreter without importing
+    torch (fast), and no run folder is claimed."""
+    code = ("import sys\nfrom graphattn.__main__ import main\nrc = main(['run', *sys.argv[1:]])\n"
+            "assert 'torch' not in sys.modules, 'torch was imported'\nsys.exit(rc)\n")
+    res = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 2, res.stderr
+    assert message in res.stderr and res.stderr.count("\n") == 1, res.stderr
