@@ -274,7 +274,8 @@ def _build() -> None:
 
         _ensure_ninja_on_path()
         verbose = os.environ.get("GRAPHATTN_VERBOSE_BUILD") == "1"
-        _log(f"building the fused CPU kernel for this environment (once, ~40 s) in {directory} ...")
+        _log(f"building the fused CPU kernel for this environment (once; 40 s to a few minutes, "
+             f"longer on a busy machine) in {directory} ...")
         start = time.perf_counter()
         try:
             load(

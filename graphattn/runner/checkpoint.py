@@ -63,14 +63,14 @@ def load_checkpoint(path: str | Path, map_location: Any = "cpu") -> dict[str, An
 def restore(path: str | Path, seed: int | None = None, device: str = "cpu",
             data_root: str | None = None) -> tuple[nn.Module, Task]:
     """The trained model (in eval mode) and its task, from a run directory or a checkpoint."""
-    from graphattn.runner.train import _build_configured_task, _prepare_task, build_model
+    from graphattn.runner.build import build_configured_task, build_model, prepare_task
 
     ck_path = find_checkpoint(path, seed)
     ck = load_checkpoint(ck_path, map_location=device)
     cfg = resolve_config({k: v for k, v in ck["config"].items()})
     if data_root is not None:
         cfg["data_root"] = data_root
-    task = _prepare_task(_build_configured_task(cfg), cfg)
+    task = prepare_task(build_configured_task(cfg), cfg)
     model = build_model(cfg, task).to(device)
     model.eval()
     first = task.graph if task.level == "node" else task.splits["train"][0]

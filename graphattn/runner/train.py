@@ -3,7 +3,6 @@ written atomically and resumable bit-for-bit."""
 
 from __future__ import annotations
 
-import inspect
 import json
 import math
 import os
@@ -28,147 +27,22 @@ from graphattn.data.store import atomic_torch_save
 from graphattn.nn import GraphTransformer, get_model
 from graphattn.policy import ReinforceBaseline, per_graph_log_likelihood
 from graphattn.runner import distributed as D
+from graphattn.runner.build import (
+    build_configured_task,
+    build_model,
+    prepare_task,
+)
 from graphattn.runner.checkpoint import load_checkpoint
 from graphattn.runner.config import (
     DEFAULTS,
-    TASK_DEFAULTS,
     check_device,
     producer_spec,
     resolve_config,
 )
 from graphattn.runner.metrics import METRICS
-from graphattn.runner.tasks import Task, build_task
+from graphattn.runner.tasks import Task
 
 CHECKPOINT_VERSION = 2
-
-
-def build_model(cfg: dict[str, Any], task: Task) -> GraphTransformer:
-    """The model of an experiment: ``cfg["model"]`` from the model registry (default
-    ``"hybrid"``, a :class:`~graphattn.GraphTransformer`), built from the task defaults, then the
-    config's choices, then ``cfg["model_kwargs"]``."""
-    md = dict(task.model_defaults)
-    pe = cfg["pe"] if cfg["pe"] is not None else md.pop("pe", None)
-    md.pop("pe", None)
-    conv = cfg["conv"]
-    cls = get_model(cfg["model"])
-    # a preset that reads no edge features is not handed the task's edge encoder
-    uses_edge_attr = (md.get("edge_encoder") is not None
-                      and "edge_encoder" not in getattr(cls, "UNUSED_ARGS", {}))
-    kwargs = dict(
-        hidden_channels=cfg["hidden"],
-        out_channels=task.out_channels,
-        num_layers=cfg["layers"],
-        producer=producer_spec(cfg),
-        conv=None if conv in (None, "none") else conv,
-        heads=cfg["heads"],
-        dropout=cfg["dropout"],
-        attn_dropout=cfg["attn_dropout"],
-        input_dropout=cfg["input_dropout"],
-        norm=cfg["norm"],
-        norm_first=cfg["norm_first"],
-        ffn_ratio=cfg["ffn_ratio"],
-        residual=cfg["residual"],
-        ffn=cfg["ffn"],
-        head_layers=cfg["head_layers"],
-        pe=pe,
-        pe_dim=cfg["pe_dim"],
-        task=task.level,
-        node_encoder=_node_encoder(cfg, md),
-        act=cfg["act"],
-        num_embeddings=md.get("num_embeddings"),
-        edge_encoder=md.get("edge_encoder") if uses_edge_attr else None,
-        pool=md.get("pool", "mean"),
-    )
-    # a preset that does not use an argument (e.g. the Converter's heads) refuses a value chosen for
-    # it; the runner's and the task's defaults are not choices: they are not passed
-    task_defaults = TASK_DEFAULTS.get(cfg["task"], {})
-    for name in getattr(cls, "UNUSED_ARGS", {}):
-        if name in DEFAULTS and cfg[name] in (DEFAULTS[name], task_defaults.get(name, DEFAULTS[name])):
-            kwargs.pop(name, None)
-    if ("node_encoder" in kwargs and kwargs["node_encoder"] is None
-            and not getattr(cls, "builds_own_layers", False)
-            and "in_channels" in inspect.signature(cls).parameters
-            and "in_channels" not in (cfg.get("model_kwargs") or {})
-            and not all(getattr(c, "lazy_channels", True) for c in _producer_classes(kwargs["producer"]))):
-        # the first layer reads the raw features and its producer cannot size itself lazily
-        # (SAMSA, the Converter): it is given the features' width (other models keep their lazy
-        # first layer, whose initialisation order the published runs depend on)
-        width = _float_feature_width(task)
-        if width is not None:
-            kwargs["in_channels"] = width
-    return cls(**kwargs, **dict(cfg.get("model_kwargs") or {}))
-
-
-def _producer_classes(spec: Any) -> list[type]:
-    """The registered producer classes a spec names (a union's parts too); unknown names are left
-    to the model to report."""
-    from graphattn.producers.registry import PRODUCERS
-
-    if isinstance(spec, str):
-        return [PRODUCERS[spec]] if spec in PRODUCERS else []
-    if isinstance(spec, dict):
-        out = [PRODUCERS[spec["name"]]] if spec.get("name") in PRODUCERS else []
-        for part in spec.get("producers") or []:
-            out += _producer_classes(part)
-        return out
-    if isinstance(spec, (list, tuple)):
-        return [c for part in spec for c in _producer_classes(part)]
-    return [type(spec)] if spec is not None else []
-
-
-def _float_feature_width(task: Task) -> int | None:
-    """The width of the task's floating-point node features (``None``: integer, absent or
-    unknown), read from its graph (node tasks) or first training graph."""
-    graph = task.graph if task.level == "node" else (task.splits.get("train") or [None])[0]
-    x = getattr(graph, "x", None)
-    if not isinstance(x, torch.Tensor) or x.dim() != 2 or not x.is_floating_point():
-        return None
-    return int(x.size(1))
-
-
-def _node_encoder(cfg: dict[str, Any], md: dict[str, Any]) -> str | None:
-    enc = cfg["node_encoder"]
-    if enc == "default":
-        return md.get("node_encoder", "linear")
-    return None if enc == "none" else enc
-
-
-def _build_configured_task(cfg: dict[str, Any]) -> Task:
-    """The config's task; its ``progress`` setting also silences the data set's build (Peptides'
-    SMILES conversion bar), unless the task options set ``progress`` themselves."""
-    kwargs = {"progress": bool(cfg["progress"]), **cfg["task_kwargs"]}
-    return build_task(cfg["task"], cfg["data_root"], **kwargs)
-
-
-def _prepare_task(task: Task, cfg: dict[str, Any]) -> Task:
-    """Adds the positional-encoding transform a config asks for (random walk / Laplacian)."""
-    pe = cfg["pe"]
-    if pe not in ("random_walk", "laplacian"):
-        return task
-    from graphattn.nn import positional_encoding
-
-    transform = positional_encoding(pe, cfg["pe_dim"])
-    if task.level == "node":
-        assert task.graph is not None
-        task.graph = transform(task.graph)
-        return task
-    for ds in task.splits.values():
-        prev = getattr(ds, "transform", None)
-        ds.transform = transform if prev is None else _Chain(prev, transform)
-    return task
-
-
-class _Chain:
-    def __init__(self, *fns: Any) -> None:
-        self.fns = fns
-
-    def __call__(self, data: Any) -> Any:
-        for fn in self.fns:
-            data = fn(data)
-        return data
-
-    def __repr__(self) -> str:
-        return " -> ".join(repr(f) for f in self.fns)
 
 
 def task_loss(task: Task, out: Tensor, y: Tensor) -> Tensor:
@@ -840,43 +714,74 @@ def _claim_run_folder(out_dir: Path, *, overwrite: bool, resume: bool) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
 
 
-#: per seed, beside its checkpoints: the seed's result and its per-epoch history (JSON)
+#: per seed, beside its checkpoints: the seed's result (with the configuration that made it) and
+#: its per-epoch history (JSON)
 SEED_FILES = ("result.json", "history.json")
 
 
-def _write_seed(out_dir: Path, result: dict[str, Any], history: list[dict[str, Any]]) -> None:
-    """``seed<k>/result.json`` and ``seed<k>/history.json`` of one finished seed (each written to
-    a temporary file first and renamed, so a reader never sees half a file)."""
+def _run_config(cfg: dict[str, Any]) -> dict[str, Any]:
+    """What a configuration computes (without the keys that only say how to run it), as JSON."""
+    return json.loads(json.dumps({k: v for k, v in cfg.items() if k not in _RUN_ONLY},
+                                 default=str))
+
+
+def _write_seed(out_dir: Path, result: dict[str, Any], history: list[dict[str, Any]],
+                cfg: dict[str, Any]) -> None:
+    """``seed<k>/result.json`` (``{"result", "config"}``) and ``seed<k>/history.json`` of one
+    finished seed (each written to a temporary file first and renamed, so a reader never sees half
+    a file)."""
     folder = out_dir / f"seed{result['seed']}"
     folder.mkdir(parents=True, exist_ok=True)
-    for name, value in (("result.json", result), ("history.json", history)):
+    for name, value in (("result.json", {"result": result, "config": _run_config(cfg)}),
+                        ("history.json", history)):
         tmp = folder / f".{name}.tmp"
         tmp.write_text(json.dumps(value, indent=1, default=str))
         os.replace(tmp, folder / name)
 
 
-def _finished_seed(out_dir: Path, seed: int) -> dict[str, Any] | None:
-    """The result of ``seed`` if its ``seed<k>/result.json`` says it finished in ``out_dir``
-    (``--resume`` then keeps it instead of training the seed again, with or without its
-    checkpoints), else ``None``."""
+def _seed_result(path: Path, cfg: dict[str, Any]) -> dict[str, Any] | None:
+    """The result in a ``seed<k>/result.json`` if it was made by ``cfg``'s configuration."""
     try:
-        result = json.loads((out_dir / f"seed{seed}" / "result.json").read_text())
+        saved = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
-    return result if isinstance(result, dict) and result.get("seed") == seed else None
+    if not (isinstance(saved, dict) and isinstance(saved.get("result"), dict)
+            and saved.get("config") == _run_config(cfg)):
+        return None
+    return saved["result"]
 
 
-def _folder_results(out_dir: Path, results: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """``results`` and every other seed's ``seed<k>/result.json`` in ``out_dir`` (another process
-    may have trained seeds into the same folder), one per seed, sorted by seed; this process's
-    own results win."""
+def _check_same_run(out_dir: Path, cfg: dict[str, Any]) -> None:
+    """``--resume`` continues the run in ``out_dir`` only if it has ``cfg``'s configuration (the
+    seeds and how to run may differ): a :class:`ValueError` naming the keys that differ."""
+    try:
+        earlier = json.loads((out_dir / "config.json").read_text())
+    except (OSError, ValueError):
+        return  # a folder another process is starting, or one with checkpoints only
+    mine, theirs = _run_config(cfg), _run_config({**DEFAULTS, **earlier})
+    if mine != theirs:
+        diff = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
+        raise ValueError(f"--resume: {out_dir} holds a run of another configuration (it differs "
+                         f"in {diff}); choose another --out, or --overwrite to replace it")
+
+
+def _finished_seed(out_dir: Path, seed: int, cfg: dict[str, Any]) -> dict[str, Any] | None:
+    """The result of ``seed`` if its ``seed<k>/result.json`` says it finished in ``out_dir`` under
+    the same configuration (``--resume`` then keeps it instead of training the seed again, with or
+    without its checkpoints), else ``None``."""
+    result = _seed_result(out_dir / f"seed{seed}" / "result.json", cfg)
+    return result if result is not None and result.get("seed") == seed else None
+
+
+def _folder_results(out_dir: Path, results: list[dict[str, Any]],
+                    cfg: dict[str, Any]) -> list[dict[str, Any]]:
+    """``results`` and every other seed's ``seed<k>/result.json`` of the same configuration in
+    ``out_dir`` (another process may have trained seeds into the same folder), one per seed,
+    sorted by seed; this process's own results win."""
     merged: dict[int, dict[str, Any]] = {}
     for path in out_dir.glob("seed*/result.json"):
-        try:
-            r = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue
-        if isinstance(r, dict) and isinstance(r.get("seed"), int):
+        r = _seed_result(path, cfg)
+        if r is not None and isinstance(r.get("seed"), int):
             merged[r["seed"]] = r
     for r in results:
         merged[int(r["seed"])] = r
@@ -906,7 +811,7 @@ def _write_results(out_dir: Path, results: list[dict[str, Any]], cfg: dict[str, 
     ``graphattn table``) and ``summary.md`` for every seed finished in the folder so far: this
     process's and those other processes wrote (``seed<k>/result.json``), under a folder lock."""
     with _folder_lock(out_dir):
-        results = _folder_results(out_dir, results)
+        results = _folder_results(out_dir, results, cfg)
         summary = summarise(results, cfg)
         if command:
             summary["command"] = command
@@ -953,13 +858,16 @@ def _run(cfg: dict[str, Any], world: D.World | None, device: str,
         D.barrier(world)
     if out_dir is not None and main:
         _claim_run_folder(out_dir, overwrite=bool(cfg["overwrite"]), resume=bool(cfg["resume"]))
+        if cfg["resume"]:
+            _check_same_run(out_dir, cfg)
         (out_dir / "config.json").write_text(json.dumps(cfg, indent=2, default=str))
-    task = _prepare_task(_build_configured_task(cfg), cfg)
+    task = prepare_task(build_configured_task(cfg), cfg)
     if first:
         D.barrier(world)
     results = []
     for i, seed in enumerate(cfg["seeds"]):
-        finished = _finished_seed(out_dir, seed) if cfg["resume"] and out_dir is not None else None
+        finished = (_finished_seed(out_dir, seed, cfg) if cfg["resume"] and out_dir is not None
+                    else None)
         if finished is not None:  # a committed run folder keeps no checkpoints: reuse its result
             results.append(finished)
             continue
@@ -972,7 +880,7 @@ def _run(cfg: dict[str, Any], world: D.World | None, device: str,
                        f"the {world.size if world else 1} processes", file=sys.stderr)
         results.append(trainer.fit(announce=i == 0))
         if out_dir is not None and main:
-            _write_seed(out_dir, results[-1], trainer.history)
+            _write_seed(out_dir, results[-1], trainer.history, cfg)
             # after every seed, so that a run stopped later keeps its finished seeds' results
             _write_results(out_dir, results, cfg, command)
     summary = summarise(results, cfg)

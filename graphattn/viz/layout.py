@@ -16,12 +16,13 @@ Virtual sources get a row of their own above (below, for sequences) the drawing.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import networkx as nx
 import numpy as np
 
-from graphattn.viz.view import LayerAttention
+if TYPE_CHECKING:  # annotations only: view imports this module's layouts
+    from graphattn.viz.view import LayerAttention
 
 
 def _pos_array(data: Any, nodes: np.ndarray) -> np.ndarray | None:

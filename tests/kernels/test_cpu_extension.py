@@ -106,7 +106,8 @@ def test_name_is_stable_and_flag_lists_are_not_modified(fake_load, ext_root, cap
     info = json.loads((directory / ce.BUILD_INFO).read_text())
     assert info["name"] == name and info["ldflags"] == ldflags
     err = capsys.readouterr().err
-    assert f"graphattn: {BUILDING} (once, ~40 s) in {directory} ..." in err
+    when = "once; 40 s to a few minutes, longer on a busy machine"
+    assert f"graphattn: {BUILDING} ({when}) in {directory} ..." in err
     assert BUILT in err and len(err.strip().splitlines()) == 2
 
     # a finished build is loaded directly: no torch build step, nothing printed

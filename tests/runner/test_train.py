@@ -94,7 +94,7 @@ def test_node_task_and_cli(mirror, tmp_path, capsys):
 @pytest.mark.parametrize("flag,expected", [([], True), (["--no-progress"], False)])
 def test_progress_setting_reaches_the_data_set_build(flag, expected, monkeypatch, tmp_path):
     """``--no-progress`` also silences the data set's build (Peptides' SMILES conversion bar)."""
-    from graphattn.runner import train as train_module
+    from graphattn.runner import build as build_module
 
     seen = {}
 
@@ -105,7 +105,7 @@ def test_progress_setting_reaches_the_data_set_build(flag, expected, monkeypatch
         seen.update(kwargs)
         raise Stop
 
-    monkeypatch.setattr(train_module, "build_task", fake_build_task)
+    monkeypatch.setattr(build_module, "build_task", fake_build_task)
     with pytest.raises(Stop):
         cli_main(["run", "--debug", "--task", "peptides-func", "--epochs", "1", "--out",
                   str(tmp_path / "run"), *flag])
@@ -168,7 +168,8 @@ def test_two_processes_training_different_seeds_into_one_folder_keep_every_seed(
     assert [r["seed"] for r in rows] == [0, 1, 2]
     assert json.loads((out / "summary.json").read_text())["seeds"] == [0, 1, 2]
     for s in (0, 1, 2):
-        assert json.loads((out / f"seed{s}" / "result.json").read_text())["seed"] == s
+        saved = json.loads((out / f"seed{s}" / "result.json").read_text())
+        assert saved["result"]["seed"] == s and saved["config"]["task"] == "mutag"
         history = json.loads((out / f"seed{s}" / "history.json").read_text())
         assert len(history) >= 1 and "loss" in history[0]
     # a committed run folder has no checkpoints: --resume keeps each finished seed's result
@@ -177,6 +178,11 @@ def test_two_processes_training_different_seeds_into_one_folder_keep_every_seed(
     assert _run_cli([*args, "--resume", "--seeds", "0", "1", "2"]).wait(timeout=600) == 0
     assert [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()] == rows
     assert not list(out.glob("seed*/*.pt"))  # nothing was trained again
+    # a finished seed of another configuration is not reused: resuming it is refused
+    with pytest.raises(ValueError, match=r"another configuration \(it differs in \['epochs'\]\)"):
+        run_experiment({"task": "mutag", "layers": 1, "hidden": 8, "heads": 2, "epochs": 4,
+                        "producer": "input", "progress": False, "threads": 1, "out": str(out),
+                        "resume": True, "seeds": [0]})
 
 
 @register_producer("test-signals")
@@ -250,8 +256,9 @@ def test_a_malicious_checkpoint_runs_no_code(mirror, tmp_path):
     ck["history"].append(_Payload(marker))
     torch.save(ck, last)
     torch.save({**ck, "extra": _Payload(marker)}, out / "seed0" / "best.pt")
+    (out / "seed0" / "result.json").unlink()  # else --resume keeps the finished seed's result
     with pytest.raises(ValueError, match="never need code to load"):
-        run_experiment({**SMALL, "epochs": 2, "seeds": [0], "out": str(out), "resume": True})
+        run_experiment({**SMALL, "epochs": 1, "seeds": [0], "out": str(out), "resume": True})
     with pytest.raises(ValueError, match="never need code to load"):
         restore(out, seed=0)
     assert not marker.exists()

@@ -1,0 +1,143 @@
+"""Building what a run trains from its configuration: the task (with the positional-encoding
+transform the config asks for) and the model. Used by the trainer and by :func:`~graphattn.runner.
+checkpoint.restore`, which imports nothing from the trainer."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import torch
+
+from graphattn.nn import GraphTransformer, get_model
+from graphattn.runner.config import DEFAULTS, TASK_DEFAULTS, producer_spec
+from graphattn.runner.tasks import Task, build_task
+
+
+def build_model(cfg: dict[str, Any], task: Task) -> GraphTransformer:
+    """The model of an experiment: ``cfg["model"]`` from the model registry (default
+    ``"hybrid"``, a :class:`~graphattn.GraphTransformer`), built from the task defaults, then the
+    config's choices, then ``cfg["model_kwargs"]``."""
+    md = dict(task.model_defaults)
+    pe = cfg["pe"] if cfg["pe"] is not None else md.pop("pe", None)
+    md.pop("pe", None)
+    conv = cfg["conv"]
+    cls = get_model(cfg["model"])
+    # a preset that reads no edge features is not handed the task's edge encoder
+    uses_edge_attr = (md.get("edge_encoder") is not None
+                      and "edge_encoder" not in getattr(cls, "UNUSED_ARGS", {}))
+    kwargs = dict(
+        hidden_channels=cfg["hidden"],
+        out_channels=task.out_channels,
+        num_layers=cfg["layers"],
+        producer=producer_spec(cfg),
+        conv=None if conv in (None, "none") else conv,
+        heads=cfg["heads"],
+        dropout=cfg["dropout"],
+        attn_dropout=cfg["attn_dropout"],
+        input_dropout=cfg["input_dropout"],
+        norm=cfg["norm"],
+        norm_first=cfg["norm_first"],
+        ffn_ratio=cfg["ffn_ratio"],
+        residual=cfg["residual"],
+        ffn=cfg["ffn"],
+        head_layers=cfg["head_layers"],
+        pe=pe,
+        pe_dim=cfg["pe_dim"],
+        task=task.level,
+        node_encoder=_node_encoder(cfg, md),
+        act=cfg["act"],
+        num_embeddings=md.get("num_embeddings"),
+        edge_encoder=md.get("edge_encoder") if uses_edge_attr else None,
+        pool=md.get("pool", "mean"),
+    )
+    # a preset that does not use an argument (e.g. the Converter's heads) refuses a value chosen for
+    # it; the runner's and the task's defaults are not choices: they are not passed
+    task_defaults = TASK_DEFAULTS.get(cfg["task"], {})
+    for name in getattr(cls, "UNUSED_ARGS", {}):
+        if name in DEFAULTS and cfg[name] in (DEFAULTS[name], task_defaults.get(name, DEFAULTS[name])):
+            kwargs.pop(name, None)
+    if ("node_encoder" in kwargs and kwargs["node_encoder"] is None
+            and not getattr(cls, "builds_own_layers", False)
+            and "in_channels" in inspect.signature(cls).parameters
+            and "in_channels" not in (cfg.get("model_kwargs") or {})
+            and not all(getattr(c, "lazy_channels", True) for c in _producer_classes(kwargs["producer"]))):
+        # the first layer reads the raw features and its producer cannot size itself lazily
+        # (SAMSA, the Converter): it is given the features' width (other models keep their lazy
+        # first layer, whose initialisation order the published runs depend on)
+        width = _float_feature_width(task)
+        if width is not None:
+            kwargs["in_channels"] = width
+    return cls(**kwargs, **dict(cfg.get("model_kwargs") or {}))
+
+
+def _producer_classes(spec: Any) -> list[type]:
+    """The registered producer classes a spec names (a union's parts too); unknown names are left
+    to the model to report."""
+    from graphattn.producers.registry import PRODUCERS
+
+    if isinstance(spec, str):
+        return [PRODUCERS[spec]] if spec in PRODUCERS else []
+    if isinstance(spec, dict):
+        out = [PRODUCERS[spec["name"]]] if spec.get("name") in PRODUCERS else []
+        for part in spec.get("producers") or []:
+            out += _producer_classes(part)
+        return out
+    if isinstance(spec, (list, tuple)):
+        return [c for part in spec for c in _producer_classes(part)]
+    return [type(spec)] if spec is not None else []
+
+
+def _float_feature_width(task: Task) -> int | None:
+    """The width of the task's floating-point node features (``None``: integer, absent or
+    unknown), read from its graph (node tasks) or first training graph."""
+    graph = task.graph if task.level == "node" else (task.splits.get("train") or [None])[0]
+    x = getattr(graph, "x", None)
+    if not isinstance(x, torch.Tensor) or x.dim() != 2 or not x.is_floating_point():
+        return None
+    return int(x.size(1))
+
+
+def _node_encoder(cfg: dict[str, Any], md: dict[str, Any]) -> str | None:
+    enc = cfg["node_encoder"]
+    if enc == "default":
+        return md.get("node_encoder", "linear")
+    return None if enc == "none" else enc
+
+
+def build_configured_task(cfg: dict[str, Any]) -> Task:
+    """The config's task; its ``progress`` setting also silences the data set's build (Peptides'
+    SMILES conversion bar), unless the task options set ``progress`` themselves."""
+    kwargs = {"progress": bool(cfg["progress"]), **cfg["task_kwargs"]}
+    return build_task(cfg["task"], cfg["data_root"], **kwargs)
+
+
+def prepare_task(task: Task, cfg: dict[str, Any]) -> Task:
+    """Adds the positional-encoding transform a config asks for (random walk / Laplacian)."""
+    pe = cfg["pe"]
+    if pe not in ("random_walk", "laplacian"):
+        return task
+    from graphattn.nn import positional_encoding
+
+    transform = positional_encoding(pe, cfg["pe_dim"])
+    if task.level == "node":
+        assert task.graph is not None
+        task.graph = transform(task.graph)
+        return task
+    for ds in task.splits.values():
+        prev = getattr(ds, "transform", None)
+        ds.transform = transform if prev is None else _Chain(prev, transform)
+    return task
+
+
+class _Chain:
+    def __init__(self, *fns: Any) -> None:
+        self.fns = fns
+
+    def __call__(self, data: Any) -> Any:
+        for fn in self.fns:
+            data = fn(data)
+        return data
+
+    def __repr__(self) -> str:
+        return " -> ".join(repr(f) for f in self.fns)
