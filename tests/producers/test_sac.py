@@ -359,8 +359,10 @@ def test_a8_baseline_update_and_zero_advantage():
     base = ReinforceBaseline(momentum=0.5)
     lp = torch.tensor([-1.0, -2.0, -0.5], requires_grad=True)
     graph = torch.tensor([0, 1, 1])
-    base.loss([(lp, graph)], torch.tensor([1.0, 3.0]))
-    assert base.value == 2.0  # the first call sets b to the mean reward
+    first = base.loss([(lp, graph)], torch.tensor([1.0, 3.0]))
+    assert base.value == 2.0  # the first call sets b to the mean reward, before the advantage
+    (g,) = torch.autograd.grad(first, [lp])
+    torch.testing.assert_close(g, torch.tensor([1.0, -1.0, -1.0]) / 2)  # advantages -1 and +1
     loss = base.loss([(lp, graph)], torch.tensor([2.0, 2.0]))  # R == b: advantage 0
     (g,) = torch.autograd.grad(loss, [lp])
     assert torch.equal(g, torch.zeros(3))
