@@ -616,6 +616,20 @@ def _gathered(tensors: list[Tensor], world: D.World | None) -> list[Tensor]:
     return [t for part in D.gather_objects(tensors, world) for t in part]
 
 
+def _note_busy_machine() -> None:
+    """Says once, when other processes already keep the cores busy, that fewer threads may be
+    faster (torch's default takes every core and then waits for the other processes)."""
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):  # not on every platform
+        return
+    cores = os.cpu_count() or 1
+    if load >= 0.75 * cores and torch.get_num_threads() > 1:
+        tqdm.write(f"graphattn run: note: the machine is busy (load {load:.1f} on {cores} cores); "
+                   f"--threads 1 may train faster than torch's {torch.get_num_threads()} threads",
+                   file=sys.stderr)
+
+
 def _duration(seconds: float) -> str:
     seconds = max(float(seconds), 0.0)
     if seconds < 60:
@@ -837,6 +851,8 @@ def run_experiment(config: dict[str, Any], *, command: str | None = None) -> dic
     check_device(cfg["device"])
     if cfg["threads"]:
         torch.set_num_threads(int(cfg["threads"]))
+    else:
+        _note_busy_machine()
     world, device = D.setup(cfg["device"])
     finished = False
     try:

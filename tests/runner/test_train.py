@@ -396,3 +396,16 @@ def test_no_epoch_is_selected_in_a_warm_start(mirror, tmp_path):
     assert r["best_epoch"] > warm and r["epochs_run"] >= warm + 1
     with pytest.raises(RuntimeError, match="fell in a producer's warm start"):
         run_experiment({**cfg, "epochs": 2, "out": str(tmp_path / "b")})
+
+
+def test_a_busy_machine_is_noted_once_when_threads_are_not_set(monkeypatch, capsys):
+    from graphattn.runner import train as train_module
+
+    monkeypatch.setattr(train_module.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(train_module.torch, "get_num_threads", lambda: 2)
+    monkeypatch.setattr(train_module.os, "getloadavg", lambda: (1.9, 1.0, 1.0))
+    train_module._note_busy_machine()
+    assert "--threads 1 may train faster" in capsys.readouterr().err
+    monkeypatch.setattr(train_module.os, "getloadavg", lambda: (0.2, 1.0, 1.0))
+    train_module._note_busy_machine()
+    assert capsys.readouterr().err == ""
