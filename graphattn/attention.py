@@ -50,10 +50,12 @@ def _positional(args: tuple[Any, ...], **given: Any) -> tuple[Any, Any, Tensor |
     """``(edge_attr, return_attention_weights, batch)`` from the positional arguments after
     ``edges`` and the keywords ``given``: the current order ``(edge_attr,
     return_attention_weights)``, or the earlier ``(batch, edge_attr, return_attention_weights)``
-    (recognised by an integer vector, or ``None`` before a tensor, in third place; a
-    :class:`FutureWarning`)."""
+    (recognised by an integer vector, ``None`` before a tensor, or any vector beside a keyword
+    ``edge_attr``, in third place; a :class:`FutureWarning`)."""
     if args and (_is_batch_vector(args[0]) or (
-            args[0] is None and len(args) > 1 and isinstance(args[1], Tensor))):
+            args[0] is None and len(args) > 1 and isinstance(args[1], Tensor)) or (
+            # a vector in third place beside a keyword edge_attr: the earlier order's batch
+            given["edge_attr"] is not None and isinstance(args[0], Tensor) and args[0].dim() == 1)):
         names: tuple[str, ...] = ("batch", "edge_attr", "return_attention_weights")
         warnings.warn("EdgeAttention.forward(x, edges, batch, edge_attr) is the earlier order; "
                       "the third positional argument is now 'edge_attr' (as in TransformerConv / "

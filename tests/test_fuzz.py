@@ -249,7 +249,7 @@ class Entry:
 
 
 def _layer_call(layer: Any, g: Graph) -> Any:
-    return layer(g.x, g.edge_index, g.batch, edge_attr=g.edge_attr)
+    return layer(g.x, g.edge_index, batch=g.batch, edge_attr=g.edge_attr)
 
 
 def _model_call(model: Any, g: Graph) -> Any:
@@ -268,7 +268,7 @@ def _producer_in_layer(heads: int, channels: int) -> Callable[[Any, Graph], Any]
 
     def call(p: Any, g: Graph) -> Any:
         layer = EdgeAttention(F_IN, channels, heads=heads, mode=p.mode)
-        return layer(g.x, p, g.batch, data=g.data())
+        return layer(g.x, p, batch=g.batch, data=g.data())
 
     return call
 

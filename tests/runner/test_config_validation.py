@@ -26,13 +26,14 @@ CONFIGS = sorted((ROOT / "examples" / "configs").glob("*.toml"))
 @pytest.fixture
 def no_run(monkeypatch, tmp_path):
     """Fails the test if anything gets as far as training or loading data."""
+    import graphattn.runner.build as build
     import graphattn.runner.train as train
 
     def refuse(*args, **kwargs):
         raise AssertionError("the error must come before any data loading or training")
 
     monkeypatch.setattr(train, "run_experiment", refuse)
-    monkeypatch.setattr(train, "build_task", refuse)
+    monkeypatch.setattr(build, "build_task", refuse)
     monkeypatch.chdir(tmp_path)
 
 
