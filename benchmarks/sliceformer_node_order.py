@@ -21,9 +21,9 @@ import torch.nn.functional as F
 from torch_geometric.data import Data
 
 from graphattn import GraphTransformer
+from graphattn.runner.build import build_configured_task, prepare_task
 from graphattn.runner.config import resolve_config
 from graphattn.runner.league import league_config
-from graphattn.runner.train import _build_configured_task, _prepare_task
 
 
 def relabel(data: Data, seed: int) -> Data:
@@ -81,7 +81,7 @@ def main() -> None:
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     cfg = resolve_config(league_config("cora", "full", seeds=[0], out="unused"))
-    data = _prepare_task(_build_configured_task(cfg), cfg).graph
+    data = prepare_task(build_configured_task(cfg), cfg).graph
     print("| node order | Sliceformer branch | seed | best epoch | train (train mode) | "
           "train (eval mode) | val | test |")
     print("|---|---|---|---|---|---|---|---|")
