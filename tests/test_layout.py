@@ -101,3 +101,12 @@ def test_no_import_cycle_among_the_package_modules():
     cycles = [frozenset(c) for c in nx.strongly_connected_components(graph) if len(c) > 1]
     assert set(cycles) <= set(KNOWN_CYCLES), sorted(sorted(c) for c in cycles)
     assert set(KNOWN_CYCLES) <= set(cycles), "a known cycle is gone: remove it from KNOWN_CYCLES"
+
+
+def test_the_api_page_lists_the_current_public_names():
+    """``docs/api.md`` is what ``python docs/make_api.py`` writes from the modules' ``__all__``."""
+    import runpy
+
+    make = runpy.run_path(str(ROOT / "docs" / "make_api.py"), run_name="make_api")
+    assert (ROOT / "docs" / "api.md").read_text(encoding="utf-8") == make["page"](), \
+        "docs/api.md is stale: python docs/make_api.py > docs/api.md"
