@@ -68,7 +68,29 @@ def build_model(cfg: dict[str, Any], task: Task) -> GraphTransformer:
         width = _float_feature_width(task)
         if width is not None:
             kwargs["in_channels"] = width
-    return cls(**kwargs, **dict(cfg.get("model_kwargs") or {}))
+    try:
+        return cls(**kwargs, **dict(cfg.get("model_kwargs") or {}))
+    except ValueError as exc:
+        raise ValueError(f"{exc}{_where_set(str(exc), cfg)}") from None
+
+
+#: model arguments whose command-line option has another name than ``--<argument>``
+_FLAGS = {"hidden_channels": "hidden", "num_layers": "layers"}
+
+
+def _where_set(message: str, cfg: dict[str, Any]) -> str:
+    """For a model error that names an argument the task's defaults chose (not the user), where it
+    came from and the option that changes it; for one with no option, ``--model-kwargs``."""
+    task_defaults = TASK_DEFAULTS.get(cfg["task"], {})
+    notes = []
+    for key, value in task_defaults.items():
+        arg = {v: k for k, v in _FLAGS.items()}.get(key, key)
+        if (f"{arg}=" in message or f"'{arg}'" in message) and cfg.get(key) == value:
+            notes.append(f"{key}={value!r} is the {cfg['task']} task's default: set "
+                         f"--{key.replace('_', '-')} to change it")
+    if not notes and "edge_encoder" in message:
+        notes.append("set it with --model-kwargs '{\"edge_encoder\": \"linear\"}'")
+    return f" ({'; '.join(notes)})" if notes else ""
 
 
 def _producer_classes(spec: Any) -> list[type]:

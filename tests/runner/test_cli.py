@@ -243,3 +243,12 @@ def test_misspelt_names_fail_before_torch_is_imported(args, message):
                          timeout=120)
     assert res.returncode == 2, res.stderr
     assert message in res.stderr and res.stderr.count("\n") == 1, res.stderr
+
+
+def test_a_model_error_from_a_task_default_names_the_option(mirror, tmp_path, capsys):
+    """``--task cora --conv gine`` fails on the task's ``head_layers=0``, which the user never
+    set: the error says so and names the option that changes it."""
+    assert main(["run", "--task", "cora", "--conv", "gine", "--epochs", "1", "--out",
+                 str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert "(head_layers=0 is the cora task's default: set --head-layers to change it)" in err
