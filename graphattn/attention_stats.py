@@ -38,7 +38,10 @@ entropy of uniform attention grows with the in-degree.
 per head) or that also have :math:`d \ge 2` (``entropy_normalized`` per head); the layer value is
 the mean over the heads that have any such target. Targets without in-edges are left out: they have
 no distribution (counting them as 0 would make a layer look more focused the more isolated nodes it
-has). A value that no (target, head) defines is ``None``.
+has). A value that no (target, head) defines is ``None``: a permutation edge set (Sliceformer:
+exactly one in-edge per target and head) has entropy 0 everywhere and no normalised entropy, so
+its layers report ``entropy_nats = 0`` and ``entropy_normalized = None`` (there is no choice
+among sources to be even or focused about).
 """
 
 from __future__ import annotations
