@@ -81,8 +81,11 @@ def _check_bipartite_indices(es: EdgeSet, num_sources: int, num_targets: int) ->
     ei = es.edge_index
     if not ei.numel():
         return
-    lo_s, hi_s, lo_t, hi_t = torch.stack([ei[0].min(), ei[0].max(), ei[1].min(),
-                                          ei[1].max()]).tolist()
+    head = es.head if es.head is not None else ei.new_zeros(1)
+    lo_s, hi_s, lo_t, hi_t, lo_h, hi_h = torch.stack([ei[0].min(), ei[0].max(), ei[1].min(),
+                                                      ei[1].max(), head.min(), head.max()]).tolist()
+    if lo_h < 0 or hi_h >= es.num_heads:
+        raise ValueError(f"'head' must lie in [0, {es.num_heads}), got [{lo_h}, {hi_h}]")
     if lo_s < 0 or hi_s >= num_sources:
         raise ValueError(f"'edge_index' sources must lie in [0, {num_sources}) (rows of x_src), "
                          f"got [{lo_s}, {hi_s}]")

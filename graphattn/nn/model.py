@@ -448,18 +448,10 @@ class GraphTransformer(LastPassSignals, nn.Module):
             raise ValueError(f"'data.batch' must be a torch.Tensor, got {type(batch).__name__}")
         edge_index = getattr(data, "edge_index", None)
         edge_attr = getattr(data, "edge_attr", None) if self.edge_encoder is not None else None
-        if edge_attr is None and getattr(self, "needs_edge_attr", False):
+        if edge_attr is None and self.needs_edge_attr:
             raise ValueError("'data.edge_attr' is missing: conv='gine' adds edge features to every "
                              "message (give the data edge features, or choose a conv that reads "
                              "none)")
-        if edge_attr is not None:
-            if not isinstance(edge_attr, Tensor) or edge_attr.dim() not in (1, 2):
-                shape = list(edge_attr.shape) if isinstance(edge_attr, Tensor) else type(edge_attr).__name__
-                raise ValueError(f"'data.edge_attr' must be a 1-D or 2-D tensor [E, F_e], got {shape}")
-            E = edge_index.size(-1) if isinstance(edge_index, Tensor) and edge_index.dim() else None
-            if E is not None and edge_attr.size(0) != E:
-                raise ValueError(f"'data.edge_attr' must have one row per edge ({E}), got shape "
-                                 f"{list(edge_attr.shape)}")
         check_data_attributes(data, N)
         pe = getattr(data, self.pe_attr, None) if self.pe_encoder is not None else None
         num_graphs = getattr(data, "num_graphs", None)

@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from graphattn.nn import GraphTransformer, get_model
-from graphattn.runner.config import DEFAULTS, TASK_DEFAULTS, producer_spec
+from graphattn.runner.config import DEFAULTS, TASK_DEFAULTS, producer_names, producer_spec
 from graphattn.runner.tasks import Task, build_task
 
 
@@ -95,19 +95,14 @@ def _where_set(message: str, cfg: dict[str, Any]) -> str:
 
 def _producer_classes(spec: Any) -> list[type]:
     """The registered producer classes a spec names (a union's parts too); unknown names are left
-    to the model to report."""
+    to the model to report. A producer instance stands for its own class."""
     from graphattn.producers.registry import PRODUCERS
 
-    if isinstance(spec, str):
-        return [PRODUCERS[spec]] if spec in PRODUCERS else []
-    if isinstance(spec, dict):
-        out = [PRODUCERS[spec["name"]]] if spec.get("name") in PRODUCERS else []
-        for part in spec.get("producers") or []:
-            out += _producer_classes(part)
-        return out
-    if isinstance(spec, (list, tuple)):
+    if isinstance(spec, (list, tuple)):  # one spec per layer
         return [c for part in spec for c in _producer_classes(part)]
-    return [type(spec)] if spec is not None else []
+    if spec is not None and not isinstance(spec, (str, dict)):
+        return [type(spec)]
+    return [PRODUCERS[n] for n in producer_names(spec) if n in PRODUCERS]
 
 
 def _float_feature_width(task: Task) -> int | None:

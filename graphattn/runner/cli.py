@@ -21,6 +21,7 @@ from graphattn.runner.config import (
     check_device,
     default_out,
     load_config_file,
+    producer_names,
     resolve_config,
 )
 
@@ -235,19 +236,6 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
-def _producer_names(spec: Any) -> list[str]:
-    """Every producer name in a producer spec (a name, a mapping with ``name``, a union's
-    ``producers``, or a list per layer)."""
-    if isinstance(spec, str):
-        return [spec]
-    if isinstance(spec, dict):
-        names = [spec["name"]] if isinstance(spec.get("name"), str) else []
-        return names + [n for part in spec.get("producers") or [] for n in _producer_names(part)]
-    if isinstance(spec, list):
-        return [n for part in spec for n in _producer_names(part)]
-    return []
-
-
 def check_names(cfg: dict[str, Any]) -> None:
     """The task, model, conv and producer names set in ``cfg``, checked before torch or any data is
     loaded (a :class:`ValueError` naming the option and the choices): against the built-in names,
@@ -266,7 +254,7 @@ def check_names(cfg: dict[str, Any]) -> None:
     conv = cfg.get("conv")
     if isinstance(conv, str) and conv != "none" and conv not in CONV_NAMES:
         raise ConfigError("conv", f"unknown conv {conv!r}; choose from none, {', '.join(CONV_NAMES)}")
-    unknown = [n for n in _producer_names(cfg.get("producer")) if n not in producers]
+    unknown = [n for n in producer_names(cfg.get("producer")) if n not in producers]
     if unknown:
         raise ConfigError("producer", f"unknown producer {unknown[0]!r}; choose from "
                                       f"{', '.join(producers)}")

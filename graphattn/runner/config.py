@@ -329,6 +329,19 @@ def default_out(cfg: dict[str, Any]) -> str:
     return f"runs/{cfg['task']}-{name}"
 
 
+def producer_names(spec: Any) -> list[str]:
+    """Every producer name in a producer spec: a name, a mapping with ``name`` (a union's
+    ``producers`` too), or a list with one spec per layer; other values name none."""
+    if isinstance(spec, str):
+        return [spec]
+    if isinstance(spec, dict):
+        names = [spec["name"]] if isinstance(spec.get("name"), str) else []
+        return names + [n for part in spec.get("producers") or [] for n in producer_names(part)]
+    if isinstance(spec, (list, tuple)):
+        return [n for part in spec for n in producer_names(part)]
+    return []
+
+
 def producer_spec(cfg: dict[str, Any]) -> Any:
     """The producer spec for the model: a name/mapping merged with ``producer_kwargs``."""
     prod = cfg["producer"]

@@ -618,7 +618,10 @@ def _gathered(tensors: list[Tensor], world: D.World | None) -> list[Tensor]:
 
 def _note_busy_machine() -> None:
     """Says once, when other processes already keep the cores busy, that fewer threads may be
-    faster (torch's default takes every core and then waits for the other processes)."""
+    faster (torch's default takes every core and then waits for the other processes). Only on a
+    terminal: a log or a test reads stderr for other things."""
+    if not sys.stderr.isatty():
+        return
     try:
         load = os.getloadavg()[0]
     except (AttributeError, OSError):  # not on every platform

@@ -401,6 +401,7 @@ def test_no_epoch_is_selected_in_a_warm_start(mirror, tmp_path):
 def test_a_busy_machine_is_noted_once_when_threads_are_not_set(monkeypatch, capsys):
     from graphattn.runner import train as train_module
 
+    monkeypatch.setattr(train_module.sys.stderr, "isatty", lambda: True, raising=False)
     monkeypatch.setattr(train_module.os, "cpu_count", lambda: 2)
     monkeypatch.setattr(train_module.torch, "get_num_threads", lambda: 2)
     monkeypatch.setattr(train_module.os, "getloadavg", lambda: (1.9, 1.0, 1.0))
