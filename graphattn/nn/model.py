@@ -196,7 +196,8 @@ class GraphTransformer(LastPassSignals, nn.Module):
         num_embeddings (int, optional): vocabulary size for ``node_encoder="embedding"``.
         edge_encoder (str, optional): ``"linear"``, ``"bond"`` or ``None`` (edge features unused).
         pe (str, optional): ``"laplacian"`` or ``"random_walk"``: reads the attribute written by
-            :class:`torch_geometric.transforms.AddLaplacianEigenvectorPE` /
+            :class:`~graphattn.nn.laplacian_pe.LaplacianPE` (or PyG's
+            :class:`~torch_geometric.transforms.AddLaplacianEigenvectorPE`) /
             :class:`~torch_geometric.transforms.AddRandomWalkPE` (or ``pe_attr``), encodes it
             linearly and adds it to :math:`h^{(0)}`. Laplacian eigenvector signs are flipped at
             random in training. ``"position"``: sinusoids (:func:`sinusoidal`, ``pe_dim`` per
@@ -495,14 +496,15 @@ class GraphTransformer(LastPassSignals, nn.Module):
 
 
 def positional_encoding(kind: str, dim: int) -> Any:
-    """The PyG transform writing the encoding ``GraphTransformer(pe=kind)`` reads (the random-walk
-    one memoised per graph structure: :class:`~graphattn.nn.random_walk_pe.CachedRandomWalkPE`)."""
-    from torch_geometric.transforms import AddLaplacianEigenvectorPE
-
+    """The PyG transform writing the encoding ``GraphTransformer(pe=kind)`` reads: Laplacian
+    eigenvectors computed reproducibly (:class:`~graphattn.nn.laplacian_pe.LaplacianPE`), the
+    random-walk one memoised per graph structure
+    (:class:`~graphattn.nn.random_walk_pe.CachedRandomWalkPE`)."""
+    from graphattn.nn.laplacian_pe import LaplacianPE
     from graphattn.nn.random_walk_pe import CachedRandomWalkPE
 
     if kind == "laplacian":
-        return AddLaplacianEigenvectorPE(dim, attr_name=PE_ATTRS["laplacian"], is_undirected=True)
+        return LaplacianPE(dim, attr_name=PE_ATTRS["laplacian"])
     if kind == "random_walk":  # deterministic: computed once per distinct graph structure
         return CachedRandomWalkPE(dim, attr_name=PE_ATTRS["random_walk"])
     raise ValueError(f"unknown positional encoding {kind!r}; use 'laplacian' or 'random_walk'")

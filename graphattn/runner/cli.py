@@ -173,7 +173,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r.add_argument("--overwrite", action="store_true", default=None,
                    help="replace the run already in --out")
     r.add_argument("--resume", action="store_true", default=None,
-                   help="continue from <out>/seed<k>/last.pt where it exists")
+                   help="continue the run in --out: finished seeds are kept, the others go on from "
+                        "<out>/seed<k>/last.pt; a larger --epochs extends a finished run "
+                        "(not with a cosine schedule)")
     r.add_argument("--data-root", metavar="DIR",
                    help="data root (default: $GRAPHATTN_DATA or ~/.cache/graphattn)")
     r.add_argument("--device", metavar="DEV", help="cpu, cuda or cuda:N" + _d("device", task=False))

@@ -235,12 +235,8 @@ class Trainer:
         if ck.get("version") != CHECKPOINT_VERSION:
             raise ValueError(f"cannot resume {path}: it was written by checkpoint format "
                              f"{ck.get('version')}, this version reads {CHECKPOINT_VERSION}")
-        mine = {k: v for k, v in self.cfg.items() if k not in _RUN_ONLY}
         # a key added to the config since the checkpoint was written had its default then
-        theirs = {k: v for k, v in {**DEFAULTS, **ck["config"]}.items() if k not in _RUN_ONLY}
-        if mine != theirs:
-            diff = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
-            raise ValueError(f"cannot resume {path}: its config differs in {diff}")
+        check_resumable(self.cfg, {**DEFAULTS, **ck["config"]}, f"cannot resume: {path}")
         size = self.world.size if self.world is not None else 1
         if ck.get("world_size", 1) != size:
             raise ValueError(f"cannot resume {path}: it was written by a run of "
@@ -775,11 +771,33 @@ def _check_same_run(out_dir: Path, cfg: dict[str, Any]) -> None:
         earlier = json.loads((out_dir / "config.json").read_text())
     except (OSError, ValueError):
         return  # a folder another process is starting, or one with checkpoints only
-    mine, theirs = _run_config(cfg), _run_config({**DEFAULTS, **earlier})
-    if mine != theirs:
-        diff = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
-        raise ValueError(f"--resume: {out_dir} holds a run of another configuration (it differs "
-                         f"in {diff}); choose another --out, or --overwrite to replace it")
+    check_resumable(cfg, {**DEFAULTS, **earlier}, f"--resume: {out_dir}",
+                    hint="; choose another --out, or --overwrite to replace it")
+
+
+def check_resumable(cfg: dict[str, Any], earlier: dict[str, Any], what: str,
+                    hint: str = "") -> None:
+    """A run of ``earlier``'s configuration can be continued by ``cfg``: the same configuration
+    (how to run it aside), or the same with more ``epochs`` (``--resume --epochs N`` extends a
+    finished run: each seed goes on from its last checkpoint, so the run equals one trained for N
+    epochs from the start). A :class:`ValueError` starting with ``what`` otherwise: it names the keys
+    that differ and, for ``epochs`` alone, why the extension is refused (fewer epochs; a cosine
+    schedule, whose learning rate at every epoch depends on the length)."""
+    mine, theirs = _run_config(cfg), _run_config(earlier)
+    diff = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
+    if not diff:
+        return
+    differs = f"{what} holds a run of another configuration (it differs in {diff})"
+    if diff != ["epochs"]:
+        raise ValueError(differs + hint)
+    new, old = mine["epochs"], theirs["epochs"]
+    if new < old:
+        raise ValueError(f"{differs}: --epochs {new} would cut its {old} epochs (a run is only "
+                         f"ever extended){hint}")
+    if mine["scheduler"] == "cosine":
+        raise ValueError(f"{differs}: a run with a cosine schedule cannot be extended (the learning "
+                         f"rate of every epoch after the warm-up depends on its length, {old} "
+                         f"epochs){hint}")
 
 
 def _finished_seed(out_dir: Path, seed: int, cfg: dict[str, Any]) -> dict[str, Any] | None:
@@ -788,6 +806,19 @@ def _finished_seed(out_dir: Path, seed: int, cfg: dict[str, Any]) -> dict[str, A
     without its checkpoints), else ``None``."""
     result = _seed_result(out_dir / f"seed{seed}" / "result.json", cfg)
     return result if result is not None and result.get("seed") == seed else None
+
+
+def _check_continuable(out_dir: Path, cfg: dict[str, Any]) -> None:
+    """``--resume`` refuses, before anything is written, to train from scratch a seed that finished
+    under another configuration and keeps no checkpoint: an extension (more ``epochs``) continues
+    from the seed's ``last.pt``, which a committed run folder does not keep."""
+    for seed in cfg["seeds"]:
+        folder = out_dir / f"seed{seed}"
+        if ((folder / "result.json").exists() and _finished_seed(out_dir, seed, cfg) is None
+                and not (folder / "last.pt").exists()):
+            raise ValueError(f"--resume: {folder} finished under another configuration and keeps "
+                             f"no checkpoint (last.pt) to continue from; --overwrite trains it "
+                             f"again")
 
 
 def _folder_results(out_dir: Path, results: list[dict[str, Any]],
@@ -879,6 +910,7 @@ def _run(cfg: dict[str, Any], world: D.World | None, device: str,
         _claim_run_folder(out_dir, overwrite=bool(cfg["overwrite"]), resume=bool(cfg["resume"]))
         if cfg["resume"]:
             _check_same_run(out_dir, cfg)
+            _check_continuable(out_dir, cfg)
         (out_dir / "config.json").write_text(json.dumps(cfg, indent=2, default=str))
     task = prepare_task(build_configured_task(cfg), cfg)
     if first:

@@ -178,11 +178,49 @@ def test_two_processes_training_different_seeds_into_one_folder_keep_every_seed(
     assert _run_cli([*args, "--resume", "--seeds", "0", "1", "2"]).wait(timeout=600) == 0
     assert [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()] == rows
     assert not list(out.glob("seed*/*.pt"))  # nothing was trained again
-    # a finished seed of another configuration is not reused: resuming it is refused
-    with pytest.raises(ValueError, match=r"another configuration \(it differs in \['epochs'\]\)"):
+    # a finished seed of another configuration is not reused: resuming it is refused (more epochs
+    # would extend it, but without its checkpoint there is nothing to continue from)
+    with pytest.raises(ValueError, match=r"seed0 finished under another configuration and keeps "
+                                         r"no checkpoint"):
         run_experiment({"task": "mutag", "layers": 1, "hidden": 8, "heads": 2, "epochs": 4,
                         "producer": "input", "progress": False, "threads": 1, "out": str(out),
                         "resume": True, "seeds": [0]})
+    with pytest.raises(ValueError, match=r"another configuration \(it differs in \['hidden'\]\)"):
+        run_experiment({"task": "mutag", "layers": 1, "hidden": 16, "heads": 2, "epochs": 3,
+                        "producer": "input", "progress": False, "threads": 1, "out": str(out),
+                        "resume": True, "seeds": [0]})
+
+
+def test_resume_with_more_epochs_extends_a_finished_run(mirror, tmp_path):
+    """``--resume --epochs N`` goes on from each seed's last checkpoint: the same result, history
+    and weights as a run of N epochs from the start (a schedule that does not depend on the length,
+    every epoch evaluated). Fewer epochs, or a cosine schedule, are refused with the reason."""
+    base = {"task": "mutag", "layers": 1, "hidden": 8, "heads": 2, "producer": "input",
+            "progress": False, "threads": 1, "seeds": [0, 1], "warmup_epochs": 1}
+    straight, extended = tmp_path / "straight", tmp_path / "extended"
+    run_experiment({**base, "epochs": 5, "out": str(straight)})
+    run_experiment({**base, "epochs": 2, "out": str(extended)})
+    run_experiment({**base, "epochs": 5, "out": str(extended), "resume": True})
+    for s in (0, 1):
+        a, b = (json.loads((d / f"seed{s}" / "result.json").read_text()) for d in (straight, extended))
+        assert {k: v for k, v in a["result"].items() if k != "train_time_s"} == \
+            {k: v for k, v in b["result"].items() if k != "train_time_s"}
+        assert a["config"] == b["config"]
+        ha, hb = (json.loads((d / f"seed{s}" / "history.json").read_text())
+                  for d in (straight, extended))
+        drop = ("time_s", "elapsed_s")
+        assert [{k: v for k, v in r.items() if k not in drop} for r in ha] == \
+            [{k: v for k, v in r.items() if k not in drop} for r in hb]
+        wa, wb = (torch.load(d / f"seed{s}" / "last.pt", weights_only=True)["model"]
+                  for d in (straight, extended))
+        assert all(torch.equal(wa[k], wb[k]) for k in wa)
+    with pytest.raises(ValueError, match=r"--epochs 3 would cut its 5 epochs"):
+        run_experiment({**base, "epochs": 3, "out": str(extended), "resume": True})
+    cosine = tmp_path / "cosine"
+    run_experiment({**base, "epochs": 2, "scheduler": "cosine", "out": str(cosine)})
+    with pytest.raises(ValueError, match=r"a run with a cosine schedule cannot be extended"):
+        run_experiment({**base, "epochs": 4, "scheduler": "cosine", "out": str(cosine),
+                        "resume": True})
 
 
 @register_producer("test-signals")
