@@ -15,6 +15,11 @@ from tqdm.auto import tqdm
 from graphattn.data.base import VerifiedMixin
 from graphattn.data.store import atomic_torch_save, data_root, spec
 
+#: Peptides-func's 10 labels, in the order of ``y``'s columns (LRGB, Dwivedi et al. 2022)
+FUNCTION_CLASSES = ("antifungal", "cell_cell_communication", "anticancer", "drug_delivery_vehicle",
+                    "antimicrobial", "antiviral", "antihypertensive", "antibacterial",
+                    "antiparasitic", "toxic")
+
 STRUCT_TARGETS = (
     "Inertia_mass_a", "Inertia_mass_b", "Inertia_mass_c",
     "Inertia_valence_a", "Inertia_valence_b", "Inertia_valence_c",

@@ -28,6 +28,7 @@ from graphattn.data import (
 )
 from graphattn.data.fashion_mnist import CLASSES as FASHION_CLASSES
 from graphattn.data.listops import TOKEN_ID, VOCAB
+from graphattn.data.peptides import FUNCTION_CLASSES
 from graphattn.data.planetoid import CLASSES as PLANETOID_CLASSES
 
 
@@ -120,6 +121,7 @@ def _peptides(kind: str) -> Callable[..., Task]:
                     loss="bce" if kind == "func" else "l1",
                     metric="ap" if kind == "func" else "mae",
                     out_channels=10 if kind == "func" else 11, splits=splits,
+                    labels=list(FUNCTION_CLASSES) if kind == "func" else None,
                     model_defaults={"node_encoder": "atom", "edge_encoder": "bond", "pool": "mean"},
                     notes="official LRGB stratified split; ogb smiles2graph features")
 

@@ -67,6 +67,7 @@ _EXTRA = ["#66ccee", "#aa4499", "#117733", "#ddaa33", "#4477aa", "#bb5566", "#aa
 # CPK-like colours for atoms of molecule views
 ATOM_COLORS = {"C": "#909090", "N": "#3050f8", "O": "#ff0d0d", "S": "#e6c229", "P": "#ff8000",
                "F": "#90e050", "Cl": "#1ff01f", "Br": "#a62929", "I": "#940094", "H": "#dddddd"}
+OTHER_ATOM = "#c0a0ff"  # an element without a colour above
 
 ARROW_LIMIT = 150  # edges drawn as individual arrows; above this, one line collection
 LONG_SEQUENCE = 60  # longer sequences are drawn flat (arcs scaled to the width, no arrows)
@@ -103,12 +104,21 @@ def node_categories(view: AttentionView) -> dict[str, Any] | None:
     return {u: cmap(i) for i, u in enumerate(uniq)}
 
 
+def legend_categories(view: AttentionView) -> tuple[dict[str, Any] | None, str]:
+    """The node colours a figure's legend explains, with its title: the elements of a molecule view
+    (their CPK-like colours, ``"atom"``), else :func:`node_categories` (``"node label"``)."""
+    if view.kind == "molecule":
+        present = sorted(set(view.labels[:view.num_nodes]))
+        return ({a: ATOM_COLORS.get(a, OTHER_ATOM) for a in present} or None), "atom"
+    return node_categories(view), "node label"
+
+
 def _node_colors(view: AttentionView) -> list[Any]:
     n, V = view.num_nodes, view.num_virtual
     total = n + V
     colors: list[Any] = ["#f2f2f2"] * total
     if view.kind == "molecule":
-        colors[:n] = [ATOM_COLORS.get(lab, "#c0a0ff") for lab in view.labels[:n]]
+        colors[:n] = [ATOM_COLORS.get(lab, OTHER_ATOM) for lab in view.labels[:n]]
     else:
         cats = node_categories(view)
         if cats is not None:
@@ -380,12 +390,12 @@ def draw_attention(
     elif color_by == "weight" and len(el):
         sm = plt.cm.ScalarMappable(cmap="viridis", norm=plt.Normalize(0, wmax))
         ax.figure.colorbar(sm, ax=ax, fraction=0.04, label="|α|")
-    cats = node_categories(view)
+    cats, cats_title = legend_categories(view)
     if legend and cats is not None:
         handles = [Line2D([0], [0], marker="o", lw=0, markerfacecolor=c, markeredgecolor="#333333",
                           label=name) for name, c in cats.items()]
         cat_legend = Legend(ax, handles, [h.get_label() for h in handles], fontsize=8, loc="lower left",
-                            bbox_to_anchor=(1.0, 0.0), frameon=False, title="node label", title_fontsize=8)
+                            bbox_to_anchor=(1.0, 0.0), frameon=False, title=cats_title, title_fontsize=8)
         ax.add_artist(cat_legend)
         cat_legend.set_clip_on(False)  # outside the axes: unclipped, so tight bounding boxes keep it
     return ax
@@ -444,12 +454,23 @@ def attention_matrix(view: AttentionView, layer: int | str = -1, head: int | Non
     return M
 
 
+def heatmap_tick_labels(view: AttentionView) -> list[str]:
+    """The heatmap's axis labels: each node's own label where labels name nodes (tokens, atoms);
+    where they are repeated categories (a node task's class names) the node's id in the traced data,
+    then its category (``"1701\\nRule_Learning"``); virtual nodes keep their labels."""
+    n = view.num_nodes
+    if node_categories(view) is None:
+        return list(view.labels)
+    return [f"{int(view.node_index[i])}\n{view.labels[i]}" for i in range(n)] + list(view.labels[n:])
+
+
 def draw_heatmap(view: AttentionView, layer: int | str = -1, head: int | None = None, *,
                  top_k: int | None = None, threshold: float = 0.0, ax: Axes | None = None,
                  gamma: float = 0.5, max_ticks: int = 64) -> Axes:
     """The attention matrix: row ``i`` = target (query), column ``j`` = source (key), colour
     :math:`|\\alpha_{ij}|` on a power scale (``gamma``) from the weakest to the strongest drawn
-    edge (pairs without an edge stay white); token labels on the axes when short."""
+    edge (pairs without an edge stay white); labels on the axes when short
+    (:func:`heatmap_tick_labels`)."""
     if ax is None:
         _, ax = plt.subplots(figsize=(8.5, 7.5))
     lay = view.layer(layer)
@@ -467,10 +488,11 @@ def draw_heatmap(view: AttentionView, layer: int | str = -1, head: int | None = 
     if V:
         ax.axvline(n - 0.5, color="#1f77b4", lw=0.8)
     if n + V <= max_ticks:
+        ticks = heatmap_tick_labels(view)
         ax.set_xticks(range(n + V))
-        ax.set_xticklabels(view.labels[: n + V], rotation=90, fontsize=6)
+        ax.set_xticklabels(ticks, rotation=90, fontsize=6)
         ax.set_yticks(range(n))
-        ax.set_yticklabels(view.labels[:n], fontsize=6)
+        ax.set_yticklabels(ticks[:n], fontsize=6)
     ax.set_xlabel("source j (key / value)" + (" | virtual" if V else ""))
     ax.set_ylabel("target i (query)")
     thinned = " (thinned view)" if lay.pruned_from else ""

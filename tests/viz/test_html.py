@@ -309,3 +309,20 @@ def test_stats_table_shows_the_layer_statistics(browser, views, tmp_path):
         assert float(row[3]) == pytest.approx(s["entropy_nats"], abs=6e-4)
         assert row[4] == "-" if s["entropy_normalized"] is None else (
             float(row[4]) == pytest.approx(s["entropy_normalized"], abs=6e-4))
+
+
+def test_the_layers_table_fits_its_panel(browser, views, tmp_path):
+    """At the 1400 x 900 window the tests use, the layers table (long layer names included) is no
+    wider than its panel: a long name is cut with an ellipsis and kept whole in the cell's title."""
+    from dataclasses import replace
+
+    _, view = views["graph"]
+    long_name = "encoder.blocks.0.attention_over_a_very_long_producer_name"
+    stats = [{**s, "layer": long_name} for s in view.stats]
+    logs = open_page(browser, write_html(replace(view, stats=stats), tmp_path / "wide.html"))
+    assert errors(logs) == []
+    table, panel, title = browser.execute_script(
+        "var t = document.getElementById('stats'); var p = t.closest('aside');"
+        "return [t.scrollWidth, p.clientWidth, t.rows[1].cells[0].title];")
+    assert table <= panel, (table, panel)
+    assert title == long_name

@@ -87,6 +87,8 @@ def test_origin_colours_and_legend(view):
         [f"outline: self-loop ({loops})"] if loops else [])
     if view.kind == "graph":  # a node task: node colours name the classes
         assert legends["node label"] == sorted(set(view.labels[: view.num_nodes]))
+    if view.kind == "molecule":  # atom colours name the elements present
+        assert legends["atom"] == sorted(set(view.labels[: view.num_nodes]))
     colours = {tuple(np.round(p.get_edgecolor()[:3], 3)) for p in ax.patches
                if isinstance(p, FancyArrowPatch)}
     from matplotlib.colors import to_rgb
@@ -120,6 +122,14 @@ def test_heads_heatmap_summary(view):
     assert M.sum() == pytest.approx(el.weight.sum())
     ax = draw_heatmap(view, 1, 0)
     assert ax.images[0].get_array().shape == M.shape
+    ticks = [t.get_text() for t in ax.get_xticklabels()]
+    if view.kind == "graph":  # a node task: the labels are classes, repeated; the ids tell nodes apart
+        n = view.num_nodes
+        assert len(set(view.labels[:n])) < n
+        assert ticks[:n] == [f"{int(view.node_index[i])}\n{view.labels[i]}" for i in range(n)]
+        assert len(set(ticks[:n])) == n
+    else:  # tokens, atoms, patches: their own labels
+        assert ticks == view.labels
     plt.close(ax.figure)
 
     fig = draw_summary(view)

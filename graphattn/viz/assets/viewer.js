@@ -382,6 +382,7 @@
        fixed(s.entropy_normalized, 3), s.max_weight.toFixed(3)].forEach(function (v) {
         var td = document.createElement("td"); td.textContent = String(v); tr.appendChild(td);
       });
+      tr.firstChild.title = s.layer; // the full name where the column cuts it
       t.appendChild(tr);
     });
   }
