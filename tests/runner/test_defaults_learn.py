@@ -1,4 +1,4 @@
-"""The citation defaults learn, with and without a positional encoding.
+"""The citation and Peptides-func defaults learn, with and without a positional encoding.
 
 Cora (public split), the runner's task defaults (the main job's GCN + attention hybrid, GAT-sized),
 100 epochs, seed 0. A positional encoding is added to a node encoder's output, so the encodings are
@@ -6,11 +6,17 @@ compared on the defaults with a linear node encoder (the defaults read the raw f
 first layer and refuse an encoding, naming ``node_encoder``). On Cora, whose 78 components make the
 Laplacian's eigenvalue 0 repeat 78 times, neither encoding carries much; the guard is that neither
 stops the model from learning (as ``pe="position"`` once did on image patches).
+
+Peptides-func (slow: ``pytest -m slow``): the task defaults (GINE + full attention, 4 × 96, RWSE,
+a 3-layer head), 1500 training graphs, 3 epochs at a constant learning rate, validation AP on 500
+graphs against the class prior's. Before the head had its batch norm, the output stayed the prior
+(AP 0.177 after 8 epochs) while GCN+ in the same set-up reached 0.365.
 """
 
 from __future__ import annotations
 
 import pytest
+import torch
 
 from graphattn.runner.train import run_experiment
 
@@ -43,3 +49,52 @@ def test_each_positional_encoding_learns_on_cora_at_least_as_well_as_none(pe, wi
     assert with_linear_encoder > 0.77
     # a margin of 0.04 (40 of the 1000 test nodes) for the rounding of another CPU
     assert acc >= with_linear_encoder - 0.04, (pe, acc, with_linear_encoder)
+
+
+def peptides_val_ap(pe: str, graphs: int = 1500, epochs: int = 3) -> tuple[float, float]:
+    """``(validation AP, the class prior's AP)`` of the Peptides-func defaults with encoding ``pe``."""
+    from torch_geometric.loader import DataLoader
+
+    from graphattn.runner.build import build_configured_task, build_model, prepare_task
+    from graphattn.runner.config import resolve_config
+    from graphattn.runner.train import _metric, task_loss
+
+    torch.set_num_threads(1)
+    cfg = resolve_config({"task": "peptides-func", "pe": pe, "progress": False})
+    task = prepare_task(build_configured_task(cfg), cfg)
+    train, val = task.splits["train"][:graphs], task.splits["val"][:500]
+    torch.manual_seed(0)
+    model = build_model(cfg, task)
+    model.eval()
+    model(next(iter(DataLoader(train, batch_size=2))))
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg["lr"], weight_decay=cfg["weight_decay"])
+    loader = DataLoader(train, batch_size=cfg["batch_size"], shuffle=True,
+                        generator=torch.Generator().manual_seed(0))
+    for _ in range(epochs):
+        model.train()
+        for batch in loader:
+            opt.zero_grad()
+            task_loss(task, model(batch), batch.y).backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg["grad_clip"])
+            opt.step()
+    model.eval()
+    batch = next(iter(DataLoader(val, batch_size=len(val))))
+    with torch.no_grad():
+        ap = _metric(task, model(batch), batch.y)
+    y = batch.y.float()
+    prior = torch.logit(y.mean(0).clamp(1e-3, 1 - 1e-3)).expand_as(y).clone()
+    return ap, _metric(task, prior, batch.y)
+
+
+@pytest.fixture(scope="module")
+def peptides_without_encoding(mirror) -> tuple[float, float]:
+    return peptides_val_ap("none")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("pe", ["laplacian", "random_walk"])
+def test_the_peptides_defaults_learn_with_each_encoding(pe, peptides_without_encoding):
+    none, prior = peptides_without_encoding
+    ap, _ = peptides_val_ap(pe)
+    assert none > prior + 0.06, (none, prior)
+    assert ap > prior + 0.06 and ap >= none - 0.03, (pe, ap, none, prior)

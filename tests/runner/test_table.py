@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 import statistics
+from pathlib import Path
 
 import pytest
 
 from graphattn.__main__ import main as cli_main
-from graphattn.runner.table import read_run, render
+from graphattn.runner.table import doc_tables, read_run, render, table_of, update_doc_tables
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_table_rows_come_from_the_runs(mirror, tmp_path, capsys):
@@ -32,6 +35,14 @@ def test_table_rows_come_from_the_runs(mirror, tmp_path, capsys):
     assert cli_main(["table", str(out), "--format", "csv"]) == 0
     assert row["test"] in capsys.readouterr().out
 
+    # a documented table: the marker names the folders, --update-docs rewrites only the block
+    doc = tmp_path / "doc.md"
+    doc.write_text("intro\n<!-- results-table: mutag-run -->\nold\n<!-- /results-table -->\nend\n")
+    assert update_doc_tables(doc.read_text(), tmp_path) == (
+        "intro\n<!-- results-table: mutag-run -->\n" + render([row]) + "<!-- /results-table -->\nend\n")
+    with pytest.raises(ValueError, match="no '<!-- results-table:"):
+        update_doc_tables("no block", tmp_path)
+
 
 def test_table_refuses_a_folder_without_a_finished_run(tmp_path, capsys):
     with pytest.raises(FileNotFoundError, match=r"summary\.json"):
@@ -50,3 +61,16 @@ def test_producer_labels_keep_every_option():
     assert _producer(spec) == "union(input, expander(degree=3), virtual, origin_bias=true)"
     assert _producer({"name": "union", "producers": ["input", "virtual"]}) == "union(input, virtual)"
     assert _producer({"name": "samsa", "k": 32}) == "samsa(k=32)" and _producer("full") == "full"
+
+
+def test_every_documented_results_table_is_its_committed_folders():
+    """Each results table in the README and docs/ sits between ``<!-- results-table: RUN_DIR ...
+    -->`` markers and is what ``graphattn table`` writes from those committed run folders
+    (``graphattn table --update-docs README.md docs/*.md`` rewrites them)."""
+    blocks = 0
+    for doc in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for runs, body in doc_tables(doc.read_text(encoding="utf-8")):
+            assert runs, doc
+            assert body == table_of(runs, ROOT), (doc.name, runs)
+            blocks += 1
+    assert blocks >= 1
