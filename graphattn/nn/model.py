@@ -219,6 +219,9 @@ class GraphTransformer(LastPassSignals, nn.Module):
             off within a few steps, and the output stays the class prior (measured on
             Peptides-func: validation AP 0.177 after 8 epochs on 2000 graphs, the prior's 0.177);
             centring each channel over the batch gives the units graphs on both sides.
+        head_norm (str): the norm of the head's hidden layers, ``"batch_norm"`` (default) or
+            ``"none"`` (the head before the batch norm was added; a head of one layer has no hidden
+            layer to normalise).
         input_dropout (float): dropout on the raw input features (on their embedding for integer
             features).
         attn_kwargs, producer_kwargs (dict, optional), residual, ffn (bool): forwarded to every
@@ -264,6 +267,7 @@ class GraphTransformer(LastPassSignals, nn.Module):
         task: str = "graph",
         pool: str = "mean",
         head_layers: int = 1,
+        head_norm: str | None = "batch_norm",
         input_dropout: float = 0.0,
         attn_kwargs: dict[str, Any] | None = None,
         producer_kwargs: dict[str, Any] | None = None,
@@ -362,10 +366,13 @@ class GraphTransformer(LastPassSignals, nn.Module):
             check_node_level_producers(self.layers)
         self.final_norm = nn.LayerNorm(hidden_channels) if norm_first and head_layers else None
         head: list[nn.Module] = []
+        if head_norm not in ("batch_norm", "none", None):
+            raise ValueError(f"'head_norm' must be 'batch_norm' or 'none', got {head_norm!r}")
         for _ in range(head_layers - 1):  # GraphGym's MLP head: Linear → BatchNorm → act → dropout
             head += [Linear(hidden_channels, hidden_channels),
-                     BatchNorm(hidden_channels, allow_single_element=True), activation(act),
-                     Dropout(dropout)]
+                     *([BatchNorm(hidden_channels, allow_single_element=True)]
+                       if head_norm == "batch_norm" else []),
+                     activation(act), Dropout(dropout)]
         if head_layers:
             head.append(Linear(hidden_channels, out_channels))
         self.head = nn.Sequential(*head)

@@ -236,3 +236,10 @@ def test_a_deep_head_is_graphgyms_mlp_and_trains_on_one_graph():
     assert out.shape == (1, 3) and torch.isfinite(out).all()
     out.sum().backward()
     assert all(p.grad is not None for p in model.head.parameters())
+
+
+def test_head_norm_none_is_the_plain_mlp_and_a_bad_value_is_named():
+    model = GraphTransformer(16, 3, num_layers=1, conv="gcn", head_layers=3, head_norm="none")
+    assert len(model.head) == 7 and not any("BatchNorm" in type(m).__name__ for m in model.head)
+    with pytest.raises(ValueError, match="'head_norm' must be 'batch_norm' or 'none'"):
+        GraphTransformer(16, 3, num_layers=1, head_layers=2, head_norm="layer_norm")
