@@ -20,6 +20,7 @@ def build_model(cfg: dict[str, Any], task: Task) -> GraphTransformer:
     config's choices, then ``cfg["model_kwargs"]``."""
     md = dict(task.model_defaults)
     pe = cfg["pe"] if cfg["pe"] is not None else md.pop("pe", None)
+    pe = None if pe == "none" else pe  # --pe none: no encoding, whatever the task's default
     md.pop("pe", None)
     conv = cfg["conv"]
     cls = get_model(cfg["model"])

@@ -114,8 +114,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     m.add_argument("--head-layers", type=int, metavar="N",
                    help="layers of the prediction MLP (0: the last layer outputs the classes)"
                         + _d("head_layers"))
-    m.add_argument("--pe", metavar="NAME", help="positional encoding: laplacian, random_walk or position"
-                   + _d("pe"))
+    m.add_argument("--pe", metavar="NAME", help="positional encoding: laplacian, random_walk, "
+                   "position, or none (also turns a task's default off)" + _d("pe"))
     m.add_argument("--pe-dim", type=int, metavar="N", help="positional-encoding size" + _d("pe_dim"))
 
     o = p.add_argument_group("optimisation")

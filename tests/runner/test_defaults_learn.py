@@ -98,3 +98,18 @@ def test_the_peptides_defaults_learn_with_each_encoding(pe, peptides_without_enc
     ap, _ = peptides_val_ap(pe)
     assert none > prior + 0.06, (none, prior)
     assert ap > prior + 0.06 and ap >= none - 0.03, (pe, ap, none, prior)
+
+
+def test_pe_none_turns_a_task_default_encoding_off(mirror):
+    """``--pe none`` (``pe="none"``) builds no encoding, also where the task's defaults have one
+    (Peptides-func: RWSE)."""
+    from graphattn.runner.build import build_model
+    from graphattn.runner.config import resolve_config
+    from graphattn.runner.tasks import Task
+
+    cfg = resolve_config({"task": "peptides-func", "pe": "none"})
+    task = Task(name="peptides-func", level="graph", modality="molecule", loss="bce", metric="ap",
+                out_channels=10, model_defaults={"node_encoder": "atom", "edge_encoder": "bond",
+                                                 "pool": "mean", "pe": "random_walk"})
+    assert build_model(cfg, task).pe is None
+    assert build_model(resolve_config({"task": "peptides-func"}), task).pe == "random_walk"
