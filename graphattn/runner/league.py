@@ -201,6 +201,10 @@ def _tests(folder: Path) -> list[float]:
     return [float(r["test"]) for r in results]
 
 
+#: seeds of a finished cell (``graphattn league``'s default); a cell with fewer says how many
+LEAGUE_SEEDS = 3
+
+
 def _cell(folder: Path, task: str, entrant: str) -> str:
     if (entrant, task) in NOT_APPLICABLE:
         return NOT_APPLICABLE[(entrant, task)]
@@ -209,7 +213,8 @@ def _cell(folder: Path, task: str, entrant: str) -> str:
         return "not run"
     if len(tests) == 1:
         return f"{tests[0]:.3f} (1 seed)"
-    return f"{statistics.mean(tests):.3f} ± {statistics.stdev(tests):.3f}"
+    cell = f"{statistics.mean(tests):.3f} ± {statistics.stdev(tests):.3f}"
+    return cell if len(tests) >= LEAGUE_SEEDS else f"{cell} ({len(tests)} seeds)"
 
 
 def task_validity(out: str | Path, task: str) -> tuple[bool | None, str]:
@@ -346,7 +351,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    metavar="TASK", help=f"tasks (default: all: {', '.join(PROTOCOLS)})")
     p.add_argument("--entrants", nargs="+", default=list(ENTRANTS), choices=list(ENTRANTS),
                    metavar="NAME", help=f"entrants (default: all: {', '.join(ENTRANTS)})")
-    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], metavar="S",
+    p.add_argument("--seeds", type=int, nargs="+", default=list(range(LEAGUE_SEEDS)), metavar="S",
                    help="seeds (default: 0 1 2)")
     p.add_argument("--out", default="runs/league", metavar="DIR",
                    help="folder of the run folders (default: runs/league)")

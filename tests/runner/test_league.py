@@ -113,6 +113,8 @@ def test_every_entrant_trains_on_listops_and_finished_cells_are_reused(tmp_path)
     assert lines[0] == "| entrant | listops (invalid) | cora |" and len(lines) == 3 + len(entrants)
     full = next(line for line in lines if line.startswith("| full |"))
     assert "(1 seed)" in full and "[paper: 0.3637]" in full and "not run" in full
+    window = next(line for line in lines if line.startswith("| window+global |"))
+    assert "(2 seeds)" in window.split("|")[2]  # fewer than the league's 3 seeds: said
     for line in lines[2:-1]:
         test = line.split("|")[2].split()[0]
         assert 0.0 <= float(test) <= 1.0
