@@ -79,6 +79,9 @@ def read_run(run_dir: str | Path) -> dict[str, Any]:
                  else producer or str(conv))
     elif producer:
         model = f"{model} ({producer})"
+    if int(config.get("consistency_samples", 1)) > 1:
+        model += (f", consistency training ({config['consistency_samples']} passes, weight "
+                  f"{config.get('consistency_weight')})")
     if config.get("loader") == "neighbor":
         hops = config.get("num_neighbors") or [10] * int(config.get("layers", 1))
         model += f", NeighborLoader {hops} × {config.get('batch_size')} seeds"

@@ -63,6 +63,15 @@ def test_producer_labels_keep_every_option():
     assert _producer({"name": "samsa", "k": 32}) == "samsa(k=32)" and _producer("full") == "full"
 
 
+def test_a_consistency_trained_model_is_named_so():
+    """Two runs of one model, one of them with consistency training, get different labels."""
+    row = read_run(ROOT / "benchmarks" / "results" / "citation" / "cora-consistency")
+    assert row["model"] == ("gcn + input(self_loops=true), consistency training (4 passes, "
+                            "weight 1.5)")
+    assert read_run(ROOT / "benchmarks" / "results" / "citation" / "cora-hybrid")["model"] == \
+        "gcn + input(self_loops=true)"
+
+
 def test_every_documented_results_table_is_its_committed_folders():
     """Each results table in the README and docs/ sits between ``<!-- results-table: RUN_DIR ...
     -->`` markers and is what ``graphattn table`` writes from those committed run folders
