@@ -165,7 +165,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    if args.update_docs:
+    if getattr(args, "update_docs", None):  # a Namespace built in Python may leave it out
         if args.runs:
             raise ValueError("--update-docs takes its run folders from each block's marker; give "
                              "no RUN_DIR with it")
