@@ -219,9 +219,9 @@ class GraphTransformer(LastPassSignals, nn.Module):
             off within a few steps, and the output stays the class prior (measured on
             Peptides-func: validation AP 0.177 after 8 epochs on 2000 graphs, the prior's 0.177);
             centring each channel over the batch gives the units graphs on both sides.
-        head_norm (str): the norm of the head's hidden layers, ``"batch_norm"`` (default) or
-            ``"none"`` (the head before the batch norm was added; a head of one layer has no hidden
-            layer to normalise).
+        head_norm (str, optional): the norm of the head's hidden layers, ``"batch_norm"`` (what
+            ``None``, the default, means) or ``"none"`` (the head before the batch norm was
+            added); set on a head without hidden layers (``head_layers`` < 2) it is an error.
         input_dropout (float): dropout on the raw input features (on their embedding for integer
             features).
         attn_kwargs, producer_kwargs (dict, optional), residual, ffn (bool): forwarded to every
@@ -267,7 +267,7 @@ class GraphTransformer(LastPassSignals, nn.Module):
         task: str = "graph",
         pool: str = "mean",
         head_layers: int = 1,
-        head_norm: str | None = "batch_norm",
+        head_norm: str | None = None,
         input_dropout: float = 0.0,
         attn_kwargs: dict[str, Any] | None = None,
         producer_kwargs: dict[str, Any] | None = None,
@@ -368,6 +368,10 @@ class GraphTransformer(LastPassSignals, nn.Module):
         head: list[nn.Module] = []
         if head_norm not in ("batch_norm", "none", None):
             raise ValueError(f"'head_norm' must be 'batch_norm' or 'none', got {head_norm!r}")
+        if head_norm is not None and head_layers < 2:
+            raise ValueError(f"head_norm={head_norm!r} needs a head with a hidden layer "
+                             f"(head_layers >= 2), got head_layers={head_layers}")
+        head_norm = head_norm or "batch_norm"
         for _ in range(head_layers - 1):  # GraphGym's MLP head: Linear → BatchNorm → act → dropout
             head += [Linear(hidden_channels, hidden_channels),
                      *([BatchNorm(hidden_channels, allow_single_element=True)]

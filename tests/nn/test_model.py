@@ -243,3 +243,5 @@ def test_head_norm_none_is_the_plain_mlp_and_a_bad_value_is_named():
     assert len(model.head) == 7 and not any("BatchNorm" in type(m).__name__ for m in model.head)
     with pytest.raises(ValueError, match="'head_norm' must be 'batch_norm' or 'none'"):
         GraphTransformer(16, 3, num_layers=1, head_layers=2, head_norm="layer_norm")
+    with pytest.raises(ValueError, match=r"head_norm='none' needs a head with a hidden layer"):
+        GraphTransformer(16, 3, num_layers=1, head_layers=1, head_norm="none")
