@@ -216,8 +216,9 @@ class GraphTransformer(LastPassSignals, nn.Module):
             it alive: the pooled vectors of different graphs are nearly the same (a channel
             offset shared by every node dominates them after a post-norm layer), so without it
             each ReLU unit is on for every graph or off for every graph, Adam switches them all
-            off within a few steps, and the output stays the class prior (measured on
-            Peptides-func: validation AP 0.177 after 8 epochs on 2000 graphs, the prior's 0.177);
+            off within a few steps, and the output is nearly the same for every graph (measured
+            on Peptides-func: validation AP 0.177 after 8 epochs on 2000 graphs, the class prior
+            0.159; benchmarks/results/cpu-2026-11-29/peptides_head_collapse/);
             centring each channel over the batch gives the units graphs on both sides.
         head_norm (str, optional): the norm of the head's hidden layers, ``"batch_norm"`` (what
             ``None``, the default, means) or ``"none"`` (the head before the batch norm was
