@@ -38,7 +38,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from graphattn.operators import UnitaryChainOperator
+from graphattn.producers.converter_operator import UnitaryChainOperator
 from graphattn.producers.converter_ops import givens
 
 

@@ -109,7 +109,7 @@ def compiled_against_torch(n: int, graphs: int, heads: int, k: int, density: flo
     the same edges (the batch's fastRG multi-edges): the de-duplication (compiled radix sort against
     ``torch.argsort(stable=True)``) and the edge gate's backward (compiled loop against two
     ``torch.sparse.mm``). Process CPU time, median of ``repeats``."""
-    from graphattn import edgeset
+    from graphattn.core import edgeset
     from graphattn.producers import sbm_sampling
     from graphattn.producers.sbm_sampling import edge_gate, key_projection
 

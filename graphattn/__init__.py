@@ -8,33 +8,33 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from graphattn._lazy import lazy_exports
+from graphattn._lazy import install_moved_modules, lazy_exports
 
 __version__ = "0.1.0"
 
 # public name -> module that defines it
 _EXPORTS = {
     "AttentionTrace": "graphattn.tracing",
-    "BaseEdgeSet": "graphattn.edgeset",
-    "EdgeAttention": "graphattn.attention",
+    "BaseEdgeSet": "graphattn.core.edgeset",
+    "EdgeAttention": "graphattn.core.attention",
     "EdgeProducer": "graphattn.producers",
-    "EdgeSet": "graphattn.edgeset",
-    "ExplicitOnlyError": "graphattn.edgeset",
+    "EdgeSet": "graphattn.core.edgeset",
+    "ExplicitOnlyError": "graphattn.core.edgeset",
     "GraphTransformer": "graphattn.nn",
     "HybridLayer": "graphattn.nn",
     "MemoryBudgetError": "graphattn.memory",
-    "OperatorEdgeSet": "graphattn.structured",
-    "PermutationEdgeSet": "graphattn.structured",
+    "OperatorEdgeSet": "graphattn.core.structured",
+    "PermutationEdgeSet": "graphattn.core.structured",
     "ProducerContext": "graphattn.producers",
-    "SharedSourceEdgeSet": "graphattn.structured",
-    "StructuredEdgeSet": "graphattn.structured",
+    "SharedSourceEdgeSet": "graphattn.core.structured",
+    "StructuredEdgeSet": "graphattn.core.structured",
     "get_memory_budget": "graphattn.memory",
     "memory_budget": "graphattn.memory",
-    "origin_code": "graphattn.origins",
-    "origin_name": "graphattn.origins",
+    "origin_code": "graphattn.core.origins",
+    "origin_name": "graphattn.core.origins",
     "set_memory_budget": "graphattn.memory",
     "trace": "graphattn.tracing",
-    "union_edge_sets": "graphattn.edgeset",
+    "union_edge_sets": "graphattn.core.edgeset",
 }
 _SUBPACKAGES = ("producers", "nn", "data", "runner", "viz", "kernels", "memory", "interop")
 
@@ -66,19 +66,29 @@ __all__ = [
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from graphattn import memory, producers
-    from graphattn.attention import EdgeAttention
-    from graphattn.edgeset import BaseEdgeSet, EdgeSet, ExplicitOnlyError, union_edge_sets
-    from graphattn.memory import MemoryBudgetError, get_memory_budget, memory_budget, set_memory_budget
-    from graphattn.nn import GraphTransformer, HybridLayer
-    from graphattn.origins import origin_code, origin_name
-    from graphattn.producers import EdgeProducer, ProducerContext
-    from graphattn.structured import (
+    from graphattn.core.attention import EdgeAttention
+    from graphattn.core.edgeset import BaseEdgeSet, EdgeSet, ExplicitOnlyError, union_edge_sets
+    from graphattn.core.origins import origin_code, origin_name
+    from graphattn.core.structured import (
         OperatorEdgeSet,
         PermutationEdgeSet,
         SharedSourceEdgeSet,
         StructuredEdgeSet,
     )
+    from graphattn.memory import MemoryBudgetError, get_memory_budget, memory_budget, set_memory_budget
+    from graphattn.nn import GraphTransformer, HybridLayer
+    from graphattn.producers import EdgeProducer, ProducerContext
     from graphattn.tracing import AttentionTrace, trace
 
+
+#: modules moved into graphattn.core (and the Converter's operator into its producer package);
+#: the old paths import with a DeprecationWarning until the next release
+MOVED_MODULES = {
+    **{f"graphattn.{m}": f"graphattn.core.{m}" for m in (
+        "attention", "checks", "contract", "dispatch", "edgeset", "origins", "policy", "signals",
+        "structured", "syncs")},
+    "graphattn.operators": "graphattn.producers.converter_operator",
+}
+install_moved_modules(MOVED_MODULES)
 
 __getattr__, __dir__ = lazy_exports("graphattn", globals(), _EXPORTS, _SUBPACKAGES)

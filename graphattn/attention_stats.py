@@ -50,7 +50,7 @@ from typing import Any
 
 import numpy as np
 
-from graphattn.origins import origin_name
+from graphattn.core.origins import origin_name
 
 __all__ = ["layer_statistics", "target_entropy"]
 
@@ -125,7 +125,7 @@ def layer_statistics(
             set only column ``head[e]`` of row ``e`` is read.
         num_targets: the real nodes :math:`n`.
         head: ``[E]`` head of each edge (per-head edge set) or ``None`` (every edge in every head).
-        origin: ``[E]`` origin codes (:mod:`graphattn.origins`), ``None``: all ``"unknown"``.
+        origin: ``[E]`` origin codes (:mod:`graphattn.core.origins`), ``None``: all ``"unknown"``.
         batch: ``[n]`` graph of each real node, for ``density`` over a batch of graphs;
             ``None``: one graph.
         name: the layer's name.

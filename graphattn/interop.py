@@ -34,8 +34,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
-from graphattn.edgeset import EdgeSet, ExplicitOnlyError, first_occurrences, ptr_from_counts
-from graphattn.origins import origin_name
+from graphattn.core.edgeset import EdgeSet, ExplicitOnlyError, first_occurrences, ptr_from_counts
+from graphattn.core.origins import origin_name
 
 if TYPE_CHECKING:  # pragma: no cover
     import networkx as nx

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from torch import Tensor, nn
 
-from graphattn.edgeset import EdgeSet
+from graphattn.core.edgeset import EdgeSet
 
 if TYPE_CHECKING:  # pragma: no cover
     import networkx as nx

@@ -16,8 +16,9 @@ r"""The linear scan of Converter's shift operator and the Givens-chain sweeps bu
   :func:`extend_rotations` turns them into the per-node :class:`SweepCoefs` the sweeps take and
   :func:`adjoint_rotations` gives the blocks of :math:`G^H`.
 
-The operator that applies these is :class:`~graphattn.operators.UnitaryChainOperator`; the Givens
-and Kernelution mathematics live with the Converter producer.
+The operator that applies these is
+:class:`~graphattn.producers.converter_operator.UnitaryChainOperator`; the Givens and Kernelution
+mathematics live with the Converter producer.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from typing import Any, NamedTuple
 import torch
 from torch import Tensor
 
-from graphattn.edgeset import _shape
+from graphattn.core.edgeset import _shape
 
 from .cpu_extension import cpu_ops
 

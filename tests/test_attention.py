@@ -13,7 +13,7 @@ from torch_geometric.nn import TransformerConv
 
 import graphattn as ga
 from graphattn import EdgeAttention, EdgeSet, PermutationEdgeSet, SharedSourceEdgeSet
-from graphattn.edgeset import featured_rows
+from graphattn.core.edgeset import featured_rows
 from tests.helpers import DEVICES, dense_reference, make_batch
 from tests.test_edgeset import _MatrixOperator
 

@@ -1,4 +1,4 @@
-"""The shared argument checks (:mod:`graphattn.checks`): each names the argument and what was
+"""The shared argument checks (:mod:`graphattn.core.checks`): each names the argument and what was
 expected."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from graphattn.checks import all_finite, check_number, check_sized_channels
+from graphattn.core.checks import all_finite, check_number, check_sized_channels
 
 
 @pytest.mark.parametrize("value", [0, -2, 1.5, 3])

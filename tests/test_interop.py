@@ -17,10 +17,10 @@ from torch_geometric.explain.algorithm import AttentionExplainer
 from torch_geometric.explain.algorithm.utils import clear_masks, set_masks
 
 import graphattn as ga
-from graphattn.attention import EdgeAttention
-from graphattn.edgeset import EdgeSet, ExplicitOnlyError
-from graphattn.origins import origin_code
-from graphattn.structured import SharedSourceEdgeSet
+from graphattn.core.attention import EdgeAttention
+from graphattn.core.edgeset import EdgeSet, ExplicitOnlyError
+from graphattn.core.origins import origin_code
+from graphattn.core.structured import SharedSourceEdgeSet
 from graphattn.viz import build_view
 
 pytestmark = pytest.mark.filterwarnings("ignore:Sparse CSR tensor support is in beta",

@@ -20,6 +20,7 @@ from torch_geometric.data import Data
 
 import graphattn as ga
 from graphattn import EdgeAttention, MemoryBudgetError, SharedSourceEdgeSet, union_edge_sets
+from graphattn.core.syncs import count_host_syncs
 from graphattn.memory import (
     EDGE_BYTES,
     ENV_VAR,
@@ -43,7 +44,6 @@ from graphattn.producers.converter import ConverterProducer
 from graphattn.producers.sac import SAC
 from graphattn.producers.samsa import SAMSA
 from graphattn.producers.sbm import SBMEdges
-from graphattn.syncs import count_host_syncs
 from tests.helpers import make_batch
 
 #: the budget the refusal cases run under (each case needs far more)

@@ -1,4 +1,4 @@
-"""Structured edge sets (``graphattn.structured`` and the Converter's operator): no member but
+"""Structured edge sets (``graphattn.core.structured`` and the Converter's operator): no member but
 ``to_explicit()`` enumerates their edges; their ``device`` / ``num_edges`` / ``num_heads`` come from
 the structure; ``to_explicit()`` equals hand-built edges; the layer's fast path on the structure
 equals the layer on those explicit edges; malformed input is refused with a clear message.
@@ -29,10 +29,10 @@ from graphattn import (
     origin_code,
     union_edge_sets,
 )
-from graphattn.edgeset import BaseEdgeSet, ExplicitOnlyError
-from graphattn.operators import UnitaryChainOperator
+from graphattn.core.edgeset import BaseEdgeSet, ExplicitOnlyError
+from graphattn.core.structured import StructuredEdgeSet
+from graphattn.producers.converter_operator import UnitaryChainOperator
 from graphattn.producers.converter_ops import dense_givens_chain, givens, identity_rotations
-from graphattn.structured import StructuredEdgeSet
 
 F64, C128 = torch.float64, torch.complex128
 SIZES = [3, 0, 2]

@@ -12,7 +12,7 @@ import torch
 from torch_geometric.data import Batch, Data
 
 from graphattn import GraphTransformer
-from graphattn.syncs import count_host_syncs, cpu_only
+from graphattn.core.syncs import count_host_syncs, cpu_only
 
 #: producer spec → the most host synchronisations one training step may make (measured)
 PINNED = {

@@ -16,10 +16,10 @@ import torch
 from torch_geometric.data import Batch, Data
 
 import graphattn as ga
-from graphattn.attention import EdgeAttention
 from graphattn.attention_stats import layer_statistics, target_entropy
-from graphattn.edgeset import EdgeSet
-from graphattn.origins import origin_code
+from graphattn.core.attention import EdgeAttention
+from graphattn.core.edgeset import EdgeSet
+from graphattn.core.origins import origin_code
 from graphattn.tracing import AttentionTrace, TraceRecord, is_tracing
 from graphattn.viz import build_view, layer_stats
 from tests.helpers import make_batch

@@ -22,7 +22,7 @@ from torch import Tensor
 from torch_geometric.data import Data
 from torch_geometric.transforms import BaseTransform
 
-from graphattn.checks import all_finite
+from graphattn.core.checks import all_finite
 from graphattn.memory import check_edges
 from graphattn.producers.base import check_positive_int
 from graphattn.producers.knn import KNNEdges

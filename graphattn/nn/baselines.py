@@ -27,10 +27,10 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch_geometric.nn import GATConv, GCNConv
 
+from graphattn.core.signals import TrainingSignals
 from graphattn.nn.blocks import activation
 from graphattn.nn.model import check_unused_args
 from graphattn.nn.registry import register_model
-from graphattn.signals import TrainingSignals
 
 _NOT_USED = {
     "producer": "an anchor has no graphattn attention branch",
@@ -88,7 +88,7 @@ class _Anchor(nn.Module):
     def forward(self, data: Any, *, generator: torch.Generator | None = None,
                 return_signals: bool = False) -> Any:
         """Class logits ``[N, out_channels]``; with ``return_signals``, also an empty
-        :class:`~graphattn.signals.TrainingSignals` (no producer, no auxiliary loss)."""
+        :class:`~graphattn.core.signals.TrainingSignals` (no producer, no auxiliary loss)."""
         if getattr(data, "x", None) is None or getattr(data, "edge_index", None) is None:
             raise ValueError(f"{type(self).__name__} needs data.x and data.edge_index")
         out = self.convs_forward(data.x, data.edge_index)

@@ -31,15 +31,15 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch_geometric.utils import to_dense_batch
 
-from graphattn.attention import EdgeAttention
-from graphattn.edgeset import EdgeSet
+from graphattn.core.attention import EdgeAttention
+from graphattn.core.edgeset import EdgeSet
+from graphattn.core.signals import TrainingSignals
 from graphattn.kernels.dropout import dropout as fast_dropout
 from graphattn.nn.model import POOLS, GraphTransformer, check_model_args, check_unused_args
 from graphattn.nn.registry import register_model
 from graphattn.producers.base import check_positive_int, check_rate
 from graphattn.producers.converter import ConverterProducer, ScaleNorm
 from graphattn.producers.registry import build_producer
-from graphattn.signals import TrainingSignals
 
 __all__ = ["ComplexValueAttention", "ConverterBlock", "ConverterModel", "GatedFFN",
            "RecurrentPositionalEncoding", "ScaleNorm"]

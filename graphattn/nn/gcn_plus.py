@@ -40,7 +40,8 @@ import torch
 from torch import Tensor, nn
 from torch_geometric.nn import Linear
 
-from graphattn.edgeset import check_graph_inputs
+from graphattn.core.edgeset import check_graph_inputs
+from graphattn.core.signals import TrainingSignals
 from graphattn.nn.blocks import EdgeEncoder, NodeEncoder, activation, apply_norm, make_norm, make_skip
 from graphattn.nn.dropout import Dropout
 from graphattn.nn.edge_gcn import EdgeGCNConv
@@ -55,7 +56,6 @@ from graphattn.nn.model import (
 )
 from graphattn.nn.registry import register_model
 from graphattn.producers.base import check_channels, check_dtype
-from graphattn.signals import TrainingSignals
 
 
 class _GCNPlusLayer(nn.Module):
@@ -208,7 +208,7 @@ class GCNPlus(nn.Module):
     def forward(self, data: Any, *, generator: torch.Generator | None = None,
                 return_signals: bool = False) -> Any:
         """Predictions ``[num_graphs or N, out_channels]``; with ``return_signals``, also the
-        :class:`~graphattn.signals.TrainingSignals` of the pass (empty without producers). ``data``
+        :class:`~graphattn.core.signals.TrainingSignals` of the pass (empty without producers). ``data``
         needs ``x`` and ``edge_index`` (plus ``batch`` for several graphs, ``edge_attr`` with an
         edge encoder and the structural encoding with ``pe``); malformed inputs raise a
         :class:`ValueError` naming the attribute."""

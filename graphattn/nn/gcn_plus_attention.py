@@ -34,8 +34,9 @@ import torch
 from torch import Tensor, nn
 from torch_geometric.nn import Linear
 
-from graphattn.attention import EdgeAttention
-from graphattn.edgeset import EdgeSet
+from graphattn.core.attention import EdgeAttention
+from graphattn.core.edgeset import EdgeSet
+from graphattn.core.signals import TrainingSignals
 from graphattn.nn.blocks import DataView
 from graphattn.nn.gcn_plus import GCNPlus
 from graphattn.nn.hybrid import producer_defaults
@@ -43,7 +44,6 @@ from graphattn.nn.model import LastPassSignals, check_model_args, layer_pass
 from graphattn.nn.registry import register_model
 from graphattn.producers.base import check_positive_int
 from graphattn.producers.registry import build_producer
-from graphattn.signals import TrainingSignals
 
 
 class GlobalBranch(nn.Module):

@@ -9,9 +9,10 @@ import torch
 from torch import Tensor, nn
 from torch_geometric.nn import Linear, MessagePassing
 
-from graphattn.attention import EdgeAttention
-from graphattn.checks import check_data_attributes, inputs_are_checked
-from graphattn.edgeset import EdgeSet, check_graph_inputs
+from graphattn.core.attention import EdgeAttention
+from graphattn.core.checks import check_data_attributes, inputs_are_checked
+from graphattn.core.edgeset import EdgeSet, check_graph_inputs
+from graphattn.core.signals import TrainingSignals
 from graphattn.kernels.dropout import dropout as fast_dropout
 from graphattn.nn.blocks import activation, apply_norm, conv_takes_edge_attr, make_conv, make_norm, make_skip
 from graphattn.nn.dropout import Dropout
@@ -23,7 +24,6 @@ from graphattn.producers.base import (
     check_rate,
 )
 from graphattn.producers.registry import build_producer
-from graphattn.signals import TrainingSignals
 
 
 def producer_defaults(channels: int, heads: int,
@@ -222,7 +222,7 @@ class HybridLayer(nn.Module):
     ) -> Tensor:
         """``x [N, in_channels]`` → ``[N, channels]``. ``edge_index`` / ``edge_attr`` feed the
         local conv; ``data`` (and ``generator``) feed the producer; ``signals`` receives the edge
-        set the attention attended over (see :mod:`graphattn.signals`); ``edge_cache`` shares the
+        set the attention attended over (see :mod:`graphattn.core.signals`); ``edge_cache`` shares the
         batch-only edge sets of one forward pass between layers
         (:meth:`~graphattn.EdgeProducer.static_key`).
 

@@ -11,8 +11,9 @@ import torch
 from torch import Tensor, nn
 from torch_geometric.nn import BatchNorm, Linear, global_add_pool, global_max_pool, global_mean_pool
 
-from graphattn.checks import check_data_attributes, inputs_checked
-from graphattn.edgeset import BaseEdgeSet, check_graph_inputs
+from graphattn.core.checks import check_data_attributes, inputs_checked
+from graphattn.core.edgeset import BaseEdgeSet, check_graph_inputs
+from graphattn.core.signals import TrainingSignals
 from graphattn.kernels.dropout import dropout as fast_dropout
 from graphattn.nn.blocks import DataView, EdgeEncoder, NodeEncoder, activation, random_sign_flip
 from graphattn.nn.dropout import Dropout
@@ -20,7 +21,6 @@ from graphattn.nn.hybrid import HybridLayer, producer_defaults
 from graphattn.nn.registry import register_model
 from graphattn.producers.base import check_channels, check_dtype, check_positive_int, check_rate
 from graphattn.producers.registry import build_producer
-from graphattn.signals import TrainingSignals
 from graphattn.tracing import trace
 
 POOLS = {"mean": global_mean_pool, "add": global_add_pool, "sum": global_add_pool,
@@ -417,7 +417,7 @@ class GraphTransformer(LastPassSignals, nn.Module):
                 trace_attention: bool = False, return_signals: bool = False) -> Any:
         """Predictions for ``data`` (a PyG ``Data``/``Batch``); with ``trace_attention=True`` also
         the :class:`~graphattn.AttentionTrace` of every layer; with ``return_signals=True`` also the
-        :class:`~graphattn.signals.TrainingSignals` of the pass (the producers' ``aux_loss`` and
+        :class:`~graphattn.core.signals.TrainingSignals` of the pass (the producers' ``aux_loss`` and
         policy-gradient terms, which a training loop adds to its objective). Both: ``(out, trace,
         signals)``.
 
@@ -437,7 +437,7 @@ class GraphTransformer(LastPassSignals, nn.Module):
 
     def check_data(self, data: Any) -> None:
         """Checks the attributes of ``data`` the model reads, with one host read for all value
-        checks (:func:`~graphattn.edgeset.check_graph_inputs`): ``x`` (a tensor of the encoder's
+        checks (:func:`~graphattn.core.edgeset.check_graph_inputs`): ``x`` (a tensor of the encoder's
         rank, floating-point features of the model's dtype, no NaN/inf), ``batch`` (``[N]`` long,
         graph ids in ``[0, num_graphs)``), ``edge_index`` (``[2, E]`` long, in range, no edge
         joining two graphs) and ``edge_attr`` (one row per edge, no NaN/inf) when the model encodes

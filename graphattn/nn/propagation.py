@@ -41,15 +41,15 @@ from torch_geometric.nn import MessagePassing
 from torch_geometric.nn.conv.gcn_conv import gcn_norm
 from torch_geometric.utils import spmm
 
-from graphattn.checks import check_dtype, check_positive_int, check_rate
-from graphattn.contract import ProducerContext
-from graphattn.edgeset import EdgeSet, cacheable, check_graph_inputs
+from graphattn.core.checks import check_dtype, check_positive_int, check_rate
+from graphattn.core.contract import ProducerContext
+from graphattn.core.edgeset import EdgeSet, cacheable, check_graph_inputs
+from graphattn.core.signals import TrainingSignals
 from graphattn.nn.blocks import activation
 from graphattn.nn.dropout import Dropout
 from graphattn.nn.model import check_unused_args
 from graphattn.nn.registry import register_model
 from graphattn.producers.registry import build_producer
-from graphattn.signals import TrainingSignals
 
 __all__ = ["MixedOrderPropagation", "RandomPropagation", "drop_node"]
 
@@ -292,7 +292,7 @@ class RandomPropagation(nn.Module):
     def _input_memo(self, x: Tensor, data: Any) -> SparseFeatures | None:
         """Checks the graph once per set of input tensors (the same ones come back every step of a
         node task; a changed tensor, in place or new, is checked again) with one host read
-        (:func:`~graphattn.edgeset.check_graph_inputs`: ``x`` free of NaN/inf, ``batch`` long and
+        (:func:`~graphattn.core.edgeset.check_graph_inputs`: ``x`` free of NaN/inf, ``batch`` long and
         one id per node, ``edge_index`` in range with no edge joining two graphs) and returns the
         sparse copy of ``x`` when the first layer is applied before propagating and at most
         :data:`SPARSE_DENSITY` of its entries are non-zero (bag-of-words features), else ``None``."""
@@ -329,7 +329,7 @@ class RandomPropagation(nn.Module):
 
     def _edges(self, ctx: ProducerContext, data: Any) -> tuple[EdgeSet, Tensor]:
         r"""The producer's edge set and its operator :math:`\hat A`. A deterministic producer's
-        (:meth:`~graphattn.contract.EdgeProducer.static_key` not ``None``) are kept across forward
+        (:meth:`~graphattn.core.contract.EdgeProducer.static_key` not ``None``) are kept across forward
         passes while the batch's tensors are the same (identity, in-place version, shape), so the
         passes and steps of a node task build them once."""
         static = self.producer.static_key(ctx)
@@ -355,7 +355,7 @@ class RandomPropagation(nn.Module):
     def forward(self, data: Any, *, generator: torch.Generator | None = None,
                 return_signals: bool = False) -> Any:
         """Class logits ``[N, out_channels]`` (and, with ``return_signals``, the pass's
-        :class:`~graphattn.signals.TrainingSignals`, holding the producer's edge set)."""
+        :class:`~graphattn.core.signals.TrainingSignals`, holding the producer's edge set)."""
         x = getattr(data, "x", None)
         if not isinstance(x, Tensor) or x.dim() != 2 or not x.is_floating_point():
             raise ValueError(f"{type(self).__name__} needs data.x, a 2-D floating-point tensor of "

@@ -4,7 +4,7 @@ Every registered model is built with the keyword arguments of
 :class:`~graphattn.GraphTransformer` (widths, layers, producer specs, encoders, task level, ...)
 plus the config's ``model_kwargs``, and offers the training interface the runner uses:
 ``forward(data, generator=None, return_signals=False)`` (with ``return_signals=True``:
-``(out, signals)``, the :class:`~graphattn.signals.TrainingSignals` of the pass) and a ``layers``
+``(out, signals)``, the :class:`~graphattn.core.signals.TrainingSignals` of the pass) and a ``layers``
 list whose items expose ``last_edges``. A mechanism preset (e.g. a paper's block) is one
 class registered with::
 

@@ -15,8 +15,9 @@ from torch import Tensor, nn
 from torch_geometric.nn import Linear
 from torch_geometric.utils import scatter, softmax
 
-from graphattn.attention import EdgeAttention
-from graphattn.edgeset import EdgeSet
+from graphattn.core.attention import EdgeAttention
+from graphattn.core.edgeset import EdgeSet
+from graphattn.core.signals import TrainingSignals
 from graphattn.nn.blocks import activation
 from graphattn.nn.dropout import Dropout
 from graphattn.nn.model import (
@@ -30,7 +31,6 @@ from graphattn.nn.registry import register_model
 from graphattn.producers.base import check_positive_int, check_rate
 from graphattn.producers.registry import build_producer
 from graphattn.producers.samsa import SAMSA, RMSNorm
-from graphattn.signals import TrainingSignals
 
 #: the producer input (:attr:`~graphattn.ProducerContext.inputs`) through which a block hands its
 #: un-normalised input to the score network
@@ -126,7 +126,7 @@ class SAMSABlock(nn.Module):
                 data: Any = None, generator: torch.Generator | None = None,
                 signals: TrainingSignals | None = None) -> Tensor:
         """``x [N, d]`` → ``[N, d]``; ``alpha`` is the residual scalar; ``signals`` receives the
-        edge set (see :mod:`graphattn.signals`)."""
+        edge set (see :mod:`graphattn.core.signals`)."""
         B = int(batch.max()) + 1 if num_graphs is None and batch.numel() else (num_graphs or 1)
         h = self.attn(self.norm1(x), self.producer, batch=batch, data=data, generator=generator,
                       inputs={SCORE_INPUT: x}, signals=signals)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from graphattn.edgeset import EdgeSet
-from graphattn.origins import origin_code
+from graphattn.core.edgeset import EdgeSet
+from graphattn.core.origins import origin_code
 from graphattn.producers.base import ProducerContext
 
 

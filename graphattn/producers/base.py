@@ -1,8 +1,8 @@
 """The producer interface, re-exported for producer modules: :class:`EdgeProducer` and
-:class:`ProducerContext` (defined in :mod:`graphattn.contract`, which documents the contract) and the
-argument checks of :mod:`graphattn.checks`."""
+:class:`ProducerContext` (defined in :mod:`graphattn.core.contract`, which documents the contract) and the
+argument checks of :mod:`graphattn.core.checks`."""
 
-from graphattn.checks import (
+from graphattn.core.checks import (
     check_channels,
     check_dtype,
     check_int,
@@ -13,7 +13,7 @@ from graphattn.checks import (
     check_sized_channels,
     resolve_num_heads,
 )
-from graphattn.contract import EdgeProducer, ProducerContext
+from graphattn.core.contract import EdgeProducer, ProducerContext
 
 __all__ = [
     "EdgeProducer",

@@ -2,7 +2,7 @@ r"""Converter (Zhang et al., "Converting Transformers into DGNNs Form"): Synvolu
 
 The producer turns node features into an exact, learnable, data-dependent **unitary digraph shift**
 :math:`S = \Phi^H \operatorname{diag}(e^{i\varphi}) \Phi` over the complete digraph of every graph,
-emitted as a :class:`~graphattn.operators.UnitaryChainOperator` (an operator edge set:
+emitted as a :class:`~graphattn.producers.converter_operator.UnitaryChainOperator` (an operator edge set:
 :class:`~graphattn.EdgeAttention` applies it by four linear scans, :math:`O(N F)`, never forming
 :math:`S`; the scans are in :mod:`graphattn.kernels.linear_scan`). The Givens and Kernelution
 mathematics lives in :mod:`graphattn.producers.converter_ops`.
@@ -21,8 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from graphattn.checks import all_finite
-from graphattn.operators import UnitaryChainOperator
+from graphattn.core.checks import all_finite
 from graphattn.producers._util import rand
 from graphattn.producers.base import (
     EdgeProducer,
@@ -32,6 +31,7 @@ from graphattn.producers.base import (
     check_positive_int,
     check_sized_channels,
 )
+from graphattn.producers.converter_operator import UnitaryChainOperator
 from graphattn.producers.converter_ops import (
     KERNELS,
     chebyshev_phase,
@@ -163,7 +163,7 @@ class ConverterProducer(EdgeProducer):
     :math:`\eta\,\pi \sum_{k \ge 1} k^2 w_k^2` (kernel polynomial loss).
 
     :math:`S` is unitary and normal with eigenvalues exactly :math:`e^{i\varphi_n}`. The emitted
-    :class:`~graphattn.operators.UnitaryChainOperator` is applied by
+    :class:`~graphattn.producers.converter_operator.UnitaryChainOperator` is applied by
     :class:`~graphattn.EdgeAttention` in four linear scans (:math:`O(N F)` time and memory);
     its ``to_explicit()`` is the complete digraph with complex weights :math:`S_{ij}` (small graphs)
     and ``to_topk(k)`` an explicitly labelled approximation. The layer takes the real part of

@@ -11,8 +11,8 @@ Everything here is plain tensor code with no parameters:
 
 The operator these build, the unitary digraph shift
 :math:`S = \Phi^H \operatorname{diag}(e^{i\varphi}) \Phi` with :math:`\Phi = D H_l H_u P`, is
-:class:`graphattn.operators.UnitaryChainOperator`; the linear scan and the Givens-chain sweeps that
-apply it (:func:`~graphattn.kernels.linear_scan.linear_scan`,
+:class:`~graphattn.producers.converter_operator.UnitaryChainOperator`; the linear scan and
+the Givens-chain sweeps that apply it (:func:`~graphattn.kernels.linear_scan.linear_scan`,
 :func:`~graphattn.kernels.linear_scan.upper_sweep`, :func:`~graphattn.kernels.linear_scan.lower_sweep`)
 are in :mod:`graphattn.kernels.linear_scan`.
 
@@ -28,7 +28,7 @@ import math
 import torch
 from torch import Tensor
 
-from graphattn.edgeset import ptr_from_counts
+from graphattn.core.edgeset import ptr_from_counts
 
 KERNELS = ("dirichlet", "fejer", "jackson", "lanczos", "lorentz", "vekic", "wang")
 

@@ -9,7 +9,7 @@ import networkx as nx
 import torch
 from torch import Tensor
 
-from graphattn.edgeset import EdgeSet
+from graphattn.core.edgeset import EdgeSet
 from graphattn.memory import check_edges
 from graphattn.producers._util import explicit_edge_set
 from graphattn.producers.base import (

@@ -6,12 +6,12 @@ from collections.abc import Hashable
 
 import torch
 
-from graphattn.edgeset import EdgeSet
+from graphattn.core.edgeset import EdgeSet
+from graphattn.core.origins import origin_code
+from graphattn.core.structured import SharedSourceEdgeSet
 from graphattn.memory import DENSE_PAIR_BYTES, check_edges
-from graphattn.origins import origin_code
 from graphattn.producers.base import EdgeProducer, ProducerContext
 from graphattn.producers.registry import register_producer
-from graphattn.structured import SharedSourceEdgeSet
 
 
 @register_producer("full")

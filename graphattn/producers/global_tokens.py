@@ -7,7 +7,7 @@ from collections.abc import Hashable, Sequence
 
 import torch
 
-from graphattn.edgeset import EdgeSet
+from graphattn.core.edgeset import EdgeSet
 from graphattn.memory import check_edges
 from graphattn.producers._util import explicit_edge_set, graph_of_local
 from graphattn.producers.base import EdgeProducer, ProducerContext, check_positive_int

@@ -6,8 +6,8 @@ from collections.abc import Hashable
 
 import torch
 
-from graphattn.edgeset import EdgeSet
-from graphattn.origins import origin_code
+from graphattn.core.edgeset import EdgeSet
+from graphattn.core.origins import origin_code
 from graphattn.producers.base import EdgeProducer, ProducerContext
 from graphattn.producers.registry import register_producer
 

@@ -6,8 +6,8 @@ from collections.abc import Hashable
 
 import torch
 
-from graphattn.checks import all_finite
-from graphattn.edgeset import EdgeSet
+from graphattn.core.checks import all_finite
+from graphattn.core.edgeset import EdgeSet
 from graphattn.kernels.dense import padding_classes
 from graphattn.memory import check_edges
 from graphattn.producers._util import explicit_edge_set

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from graphattn.edgeset import EdgeSet
+from graphattn.core.edgeset import EdgeSet
 from graphattn.memory import check_edges
 from graphattn.producers._util import explicit_edge_set, graph_of_local
 from graphattn.producers.base import (

@@ -11,7 +11,7 @@ edges carry no weight and no gradient. The predictor learns only from the policy
     \nabla J(\Theta) = \sum_{a} \nabla \log p(a \mid a_{<}; \Theta)\,(R - b),
 
 which the runner forms from the EdgeSet's ``log_prob`` / ``log_prob_graph`` and a per-graph reward
-:math:`R` (log-likelihood of the correct output), see :mod:`graphattn.policy`.
+:math:`R` (log-likelihood of the correct output), see :mod:`graphattn.core.policy`.
 
 Every choice the paper leaves open is an argument here; ``docs/sac.md`` lists them. The algorithm
 (layout, run paths, assembly, teacher forcing) lives in :mod:`graphattn.producers.sac_ops`, the
@@ -29,7 +29,7 @@ from torch import Tensor
 from torch.nn.parameter import is_lazy
 from torch_geometric.nn import Linear
 
-from graphattn.edgeset import EdgeSet
+from graphattn.core.edgeset import EdgeSet
 from graphattn.producers import sac_ops
 from graphattn.producers.base import (
     EdgeProducer,

@@ -27,9 +27,9 @@ from torch import Tensor
 from torch_geometric.nn import Linear
 from torch_geometric.utils import to_dense_batch
 
-from graphattn.edgeset import EdgeSet, union_edge_sets
+from graphattn.core.edgeset import EdgeSet, union_edge_sets
+from graphattn.core.origins import origin_code
 from graphattn.memory import EDGE_BYTES, check_edges
-from graphattn.origins import origin_code
 from graphattn.producers.base import ProducerContext
 from graphattn.producers.input import InputEdges
 from graphattn.producers.keyed_random import KeyedRandom

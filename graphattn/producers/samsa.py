@@ -20,9 +20,10 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch_geometric.utils import to_dense_batch
 
-from graphattn.edgeset import EdgeSet
+from graphattn.core.edgeset import EdgeSet
+from graphattn.core.origins import origin_code
+from graphattn.core.structured import SharedSourceEdgeSet
 from graphattn.kernels import gather_rows
-from graphattn.origins import origin_code
 from graphattn.producers.base import (
     EdgeProducer,
     ProducerContext,
@@ -41,7 +42,6 @@ from graphattn.producers.samsa_ops import (
     hard_slots,
     soft_slots,
 )
-from graphattn.structured import SharedSourceEdgeSet
 
 
 # ----------------------------------------------------------------------------- building blocks

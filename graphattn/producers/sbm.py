@@ -14,9 +14,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from graphattn.edgeset import EdgeSet, sort_rows
+from graphattn.core.edgeset import EdgeSet, sort_rows
+from graphattn.core.origins import origin_code
 from graphattn.memory import check_edges, within_budget
-from graphattn.origins import origin_code
 from graphattn.producers.base import (
     EdgeProducer,
     ProducerContext,

@@ -43,7 +43,7 @@ from torch import Tensor
 from torch.autograd import Function
 from torch.autograd.function import once_differentiable
 
-from graphattn.edgeset import _need_float, _need_long, _need_tensor, unique_first
+from graphattn.core.edgeset import _need_float, _need_long, _need_tensor, unique_first
 from graphattn.producers.keyed_random import KeyedRandom, KeyedRows, poisson_from_keys
 
 #: key tags of the keyed draws (:mod:`~graphattn.producers.keyed_random`)
@@ -554,7 +554,7 @@ def bernoulli_sample(
 # ------------------------------------------------------------------------- dedupe, self-loops
 def dedupe(edges: SampledEdges, num_nodes: int, num_heads: int) -> SampledEdges:
     """Distinct ``(query, head, key)`` edges, sorted by query, then head, then key (the layer's CSR
-    order), each kept at its first occurrence (:func:`~graphattn.edgeset.first_occurrences`, as
+    order), each kept at its first occurrence (:func:`~graphattn.core.edgeset.first_occurrences`, as
     :meth:`EdgeSet.coalesce`). The samplers list SBM draws, then exploration draws, and
     :func:`add_self_loops` appends loops last, so a copy of the lowest ``kind`` is kept."""
     if edges.num_edges == 0:

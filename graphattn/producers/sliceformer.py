@@ -27,8 +27,9 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
-from graphattn.edgeset import EdgeSet
-from graphattn.origins import origin_code
+from graphattn.core.edgeset import EdgeSet
+from graphattn.core.origins import origin_code
+from graphattn.core.structured import PermutationEdgeSet
 from graphattn.producers.base import EdgeProducer, ProducerContext, check_positive_int
 from graphattn.producers.registry import register_producer
 from graphattn.producers.sliceformer_ops import (
@@ -41,7 +42,6 @@ from graphattn.producers.sliceformer_ops import (
     max_exchange_src,
     sort_src,
 )
-from graphattn.structured import PermutationEdgeSet
 
 ORDERS = ("ascend", "descend", "interleave", "max_exchange")
 GROUPS = (None, "head")

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from graphattn.edgeset import ptr_from_batch
+from graphattn.core.edgeset import ptr_from_batch
 from graphattn.producers.base import check_positive_int
 
 RULES = ("block", "paper_exact")

@@ -6,12 +6,12 @@ import torch
 from torch import nn
 from torch_geometric.utils import scatter
 
-from graphattn.edgeset import EdgeSet, derived_edge_sets
+from graphattn.core.edgeset import EdgeSet, derived_edge_sets
+from graphattn.core.origins import origin_code
+from graphattn.core.structured import SharedSourceEdgeSet
 from graphattn.memory import DENSE_PAIR_BYTES, check_edges
-from graphattn.origins import origin_code
 from graphattn.producers.base import EdgeProducer, ProducerContext, check_positive_int
 from graphattn.producers.registry import register_producer
-from graphattn.structured import SharedSourceEdgeSet
 
 POOLS = ("mean", "sum", "max", "none")
 

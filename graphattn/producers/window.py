@@ -6,7 +6,7 @@ from collections.abc import Hashable
 
 import torch
 
-from graphattn.edgeset import EdgeSet
+from graphattn.core.edgeset import EdgeSet
 from graphattn.memory import EDGE_BYTES, check_edges, within_budget
 from graphattn.producers._util import explicit_edge_set, graph_of_local
 from graphattn.producers.base import EdgeProducer, ProducerContext, check_positive_int

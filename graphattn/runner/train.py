@@ -21,9 +21,9 @@ from torch_geometric.loader import DataLoader
 from tqdm.auto import tqdm
 
 from graphattn.consistency import consistency_loss
+from graphattn.core.policy import ReinforceBaseline, per_graph_log_likelihood
 from graphattn.data.store import atomic_torch_save
 from graphattn.nn import GraphTransformer
-from graphattn.policy import ReinforceBaseline, per_graph_log_likelihood
 from graphattn.runner import distributed as D
 from graphattn.runner.build import (
     build_configured_task,
@@ -456,9 +456,9 @@ class Trainer:
 
     def _in_warm_start(self) -> bool:
         """Whether a producer of the model is still in its warm start
-        (:meth:`~graphattn.contract.EdgeProducer.in_warm_start`): its evaluations are recorded
+        (:meth:`~graphattn.core.contract.EdgeProducer.in_warm_start`): its evaluations are recorded
         (``warm_start`` in the history row) but never selected, and patience starts after it."""
-        from graphattn.contract import EdgeProducer
+        from graphattn.core.contract import EdgeProducer
 
         return any(m.in_warm_start() for m in self.model.modules() if isinstance(m, EdgeProducer))
 

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from graphattn.origins import origin_name
+from graphattn.core.origins import origin_name
 from graphattn.viz.static import origin_color
 from graphattn.viz.view import MAX_DRAWN, AttentionView, resolve_top_k, thin_layer
 

@@ -38,7 +38,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import FancyArrowPatch
 from matplotlib.path import Path as MPath
 
-from graphattn.origins import origin_code, origin_name
+from graphattn.core.origins import origin_code, origin_name
 from graphattn.viz.view import MAX_DRAWN, AttentionView, EdgeList, prune, resolve_top_k
 
 # One colour per origin, shared with the HTML viewer. Okabe–Ito and Paul Tol hues, chosen so

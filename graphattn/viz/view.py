@@ -32,7 +32,7 @@ import torch
 from torch import Tensor
 
 from graphattn.attention_stats import layer_statistics
-from graphattn.origins import origin_name
+from graphattn.core.origins import origin_name
 from graphattn.tracing import AttentionTrace, TraceRecord
 
 KINDS = ("graph", "molecule", "sequence", "image", "points")

@@ -15,7 +15,7 @@ import torch
 from torch_geometric.data import Batch
 
 from graphattn import EdgeSet, PermutationEdgeSet, SharedSourceEdgeSet
-from graphattn.edgeset import union_edge_sets
+from graphattn.core.edgeset import union_edge_sets
 from graphattn.nn.registry import get_model
 from graphattn.runner.choices import MODEL_NAMES, PRODUCER_NAMES
 from tests.helpers import CUDA_MARKS, make_batch

@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch_geometric.data import Batch, Data
 
-from graphattn.edgeset import EdgeSet
+from graphattn.core.edgeset import EdgeSet
 from graphattn.nn import MODELS
 from graphattn.nn.propagation import MixedOrderPropagation, RandomPropagation, drop_node
 from graphattn.producers.base import EdgeProducer, ProducerContext

@@ -22,9 +22,9 @@ from graphattn.kernels.linear_scan import (
 from torch.autograd import gradcheck
 
 from graphattn import EdgeAttention, HybridLayer, origin_code
-from graphattn.operators import UnitaryChainOperator
 from graphattn.producers import build_producer
 from graphattn.producers.converter import ConverterProducer
+from graphattn.producers.converter_operator import UnitaryChainOperator
 from graphattn.producers.converter_ops import (
     KERNELS,
     chebyshev_phase,

@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from torch_geometric.data import Batch, Data
 
 from graphattn import EdgeAttention, origin_code
+from graphattn.core.policy import ReinforceBaseline, reinforce_loss
 from graphattn.nn import GraphTransformer
-from graphattn.policy import ReinforceBaseline, reinforce_loss
 from graphattn.producers import build_producer
 from graphattn.producers.sac import SAC
 from graphattn.producers.sac_distances import HopDistances, predicted_so_far_buckets, sequence_buckets

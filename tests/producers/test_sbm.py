@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from scipy.stats import chi2
 
 from graphattn import EdgeAttention, origin_code
-from graphattn.edgeset import EdgeSet
+from graphattn.core.edgeset import EdgeSet
 from graphattn.nn.model import GraphTransformer
 from graphattn.producers import build_producer
 from graphattn.producers.sbm import SBMEdges
@@ -833,7 +833,7 @@ def test_compiled_fastrg_draws_equal_the_torch_path_over_many_blocks(monkeypatch
 def test_compiled_dedupe_equals_the_torch_path(monkeypatch):
     """De-duplication through the compiled radix sort (the indices decoded from the sorted keys)
     keeps the same edges, in the same order, with the same kinds, as torch's stable argsort."""
-    from graphattn import edgeset
+    from graphattn.core import edgeset
 
     _native_ops_or_skip()
     g = torch.Generator().manual_seed(4)

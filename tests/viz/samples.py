@@ -17,8 +17,8 @@ from torch_geometric.data import Batch, Data
 from torch_geometric.utils import stochastic_blockmodel_graph
 
 import graphattn as ga
-from graphattn.edgeset import EdgeSet
-from graphattn.origins import origin_code
+from graphattn.core.edgeset import EdgeSet
+from graphattn.core.origins import origin_code
 from graphattn.producers.base import EdgeProducer, ProducerContext
 from graphattn.tracing import AttentionTrace
 from graphattn.viz import trace_sample

@@ -15,7 +15,7 @@ from matplotlib.colors import to_rgb
 from matplotlib.legend import Legend
 from torch_geometric.data import Data
 
-from graphattn.origins import origin_code
+from graphattn.core.origins import origin_code
 from graphattn.viz import auto_top_k, describe_prediction, draw_attention, write_output
 from graphattn.viz.html import node_radius, view_payload
 from graphattn.viz.layout import node_positions

@@ -79,7 +79,7 @@ def test_origin_colours_and_legend(view):
     legends = {leg.get_title().get_text(): [t.get_text() for t in leg.get_texts()]
                for leg in ax.get_children() if isinstance(leg, Legend)}
     legend = legends["edge origin"]
-    from graphattn.origins import origin_name
+    from graphattn.core.origins import origin_name
 
     codes, counts = np.unique(el.origin, return_counts=True)
     loops = int((el.src == el.dst).sum())

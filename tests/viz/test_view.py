@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch_geometric.data import Batch, Data
 
-from graphattn.origins import origin_name
+from graphattn.core.origins import origin_name
 from graphattn.viz import EdgeList, build_view, prune, thin_layer, trace_sample
 from graphattn.viz.layout import image_background, node_positions
 from tests.viz.samples import (

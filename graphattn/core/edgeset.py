@@ -24,7 +24,7 @@ sources, ``log_prob``, ``aux_loss``, ``stats``, ``device``, ``num_edges``, ``per
 COO) adds the explicit-only members: ``edge_index`` and the per-edge fields, ``csr``, ``replace``,
 ``select``, ``coalesce``, ``expand_heads``.
 
-Structured subclasses (:class:`graphattn.structured.StructuredEdgeSet`) keep the same meaning and add
+Structured subclasses (:class:`graphattn.core.structured.StructuredEdgeSet`) keep the same meaning and add
 a faster kernel. They are :class:`EdgeSet` instances (``isinstance`` checks and the layer accept
 them) that never enumerate their edges implicitly: their ``device`` and ``num_edges`` are computed
 from the structure, their per-edge fields are ``None`` and the explicit-only members raise an
@@ -49,12 +49,12 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 import torch
 from torch import Tensor
 
-from graphattn.checks import all_finite
+from graphattn.core.checks import all_finite
+from graphattn.core.origins import origin_code
 from graphattn.memory import check_edges
-from graphattn.origins import origin_code
 
 if TYPE_CHECKING:  # pragma: no cover
-    from graphattn.dispatch import Attended, AttentionCall
+    from graphattn.core.dispatch import Attended, AttentionCall
 
 F = TypeVar("F", bound=Callable[..., Any])
 ES = TypeVar("ES", bound="BaseEdgeSet")
@@ -172,7 +172,7 @@ class ExplicitOnlyError(TypeError):
 
 class BaseEdgeSet(ABC):
     r"""What every edge set has, explicit (:class:`EdgeSet`) or structured
-    (:class:`graphattn.structured.StructuredEdgeSet`); none of it enumerates edges.
+    (:class:`graphattn.core.structured.StructuredEdgeSet`); none of it enumerates edges.
 
     Fields: ``num_heads``, ``mode``, ``virtual_x`` / ``virtual_batch`` (virtual sources),
     ``log_prob`` / ``log_prob_graph`` (policy gradient), ``aux_loss`` and ``stats`` (see
@@ -320,7 +320,7 @@ class BaseEdgeSet(ABC):
 
     @abstractmethod
     def attend(self, call: AttentionCall) -> Attended:
-        """Attention over these edges on this structure's own path (:mod:`graphattn.dispatch`)."""
+        """Attention over these edges on this structure's own path (:mod:`graphattn.core.dispatch`)."""
 
     def to(self: ES, *args: Any, **kwargs: Any) -> ES:
         """Moves tensors like :meth:`torch.Tensor.to`; a dtype applies to real floating fields only."""
@@ -369,7 +369,7 @@ class EdgeSet(BaseEdgeSet):
         virtual_x (Tensor, optional): ``[Nv, F]`` features of virtual sources ``N .. N + Nv - 1``.
         virtual_batch (LongTensor, optional): ``[Nv]`` graph of each virtual source, ``-1`` for
             graph-agnostic sources (e.g. learned support tokens). ``None`` = all graph-agnostic.
-        origin (LongTensor, optional): ``[E]`` producer code of each edge (:mod:`graphattn.origins`).
+        origin (LongTensor, optional): ``[E]`` producer code of each edge (:mod:`graphattn.core.origins`).
         edge_attr (Tensor, optional): ``[E, F_e]`` edge features, added to keys and values.
         log_prob (Tensor, optional): ``[A]`` log-probabilities of sampled decisions (policy gradient).
         log_prob_graph (LongTensor, optional): ``[A]`` graph of each ``log_prob`` entry.

@@ -14,7 +14,7 @@ from torch_geometric.nn import Linear, MessagePassing
 from torch_geometric.utils import segment
 
 from graphattn import tracing as _trace
-from graphattn.checks import (
+from graphattn.core.checks import (
     all_finite,
     check_channels,
     check_node_features,
@@ -22,9 +22,11 @@ from graphattn.checks import (
     check_rate,
     inputs_are_checked,
 )
-from graphattn.contract import EdgeProducer, ProducerContext
-from graphattn.dispatch import Attended, AttentionCall
-from graphattn.edgeset import MODES, BaseEdgeSet, EdgeSet, as_edge_set, featured_rows
+from graphattn.core.contract import EdgeProducer, ProducerContext
+from graphattn.core.dispatch import Attended, AttentionCall
+from graphattn.core.edgeset import MODES, BaseEdgeSet, EdgeSet, as_edge_set, featured_rows
+from graphattn.core.signals import TrainingSignals
+from graphattn.core.syncs import cpu_only
 from graphattn.kernels import sddmm, segment_softmax
 from graphattn.kernels.fused import (
     backend_ops,
@@ -34,8 +36,6 @@ from graphattn.kernels.fused import (
     unsupported_reason,
 )
 from graphattn.memory import EDGE_BYTES, check_edges
-from graphattn.signals import TrainingSignals
-from graphattn.syncs import cpu_only
 
 KERNELS = ("auto", "reference", "fused")
 
@@ -282,7 +282,7 @@ class EdgeAttention(MessagePassing):
         self.lin_beta = Linear(3 * out_width, 1, bias=False) if beta else None
         #: the edge set of the last call, and the attention path that ran on it
         #: (``"fused"``, ``"reference"``, ``"shared_sources"``, ``"shared_slots"``, ``"permutation"``,
-        #: ``"operator"``; see :mod:`graphattn.dispatch`)
+        #: ``"operator"``; see :mod:`graphattn.core.dispatch`)
         self.last_edges: BaseEdgeSet | None = None
         self.last_kernel: str | None = None
         self.reset_parameters()
@@ -333,13 +333,13 @@ class EdgeAttention(MessagePassing):
             data: the PyG data object, passed to a producer.
             generator: random generator, passed to a producer.
             inputs: named tensors passed to a producer (:attr:`ProducerContext.inputs`).
-            signals: a :class:`~graphattn.signals.TrainingSignals` that receives the edge set
+            signals: a :class:`~graphattn.core.signals.TrainingSignals` that receives the edge set
                 attended over (its ``aux_loss`` and ``log_prob`` are training signals).
             edge_cache: the forward pass's shared edge sets
                 (:attr:`ProducerContext.edge_cache`), passed to a producer.
 
         After the call, :attr:`last_edges` is that edge set and :attr:`last_kernel` names the path
-        that ran (see :mod:`graphattn.dispatch`).
+        that ran (see :mod:`graphattn.core.dispatch`).
         """
         edge_attr, return_attention_weights, batch = _positional(
             args, edge_attr=edge_attr, return_attention_weights=return_attention_weights,

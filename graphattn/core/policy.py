@@ -10,7 +10,7 @@ log-likelihood of the correct output), the surrogate loss
 has the REINFORCE gradient :math:`-\mathbb{E}[(R - b)\nabla \log \pi]`; :math:`b` is a moving
 average of the mean reward, updated after the loss is formed, so it never depends on the current
 sample. The runner calls :meth:`ReinforceBaseline.loss` with the ``policy_terms`` of the
-:class:`~graphattn.signals.TrainingSignals` its model returns (``model(batch, return_signals=True)``).
+:class:`~graphattn.core.signals.TrainingSignals` its model returns (``model(batch, return_signals=True)``).
 """
 
 from __future__ import annotations

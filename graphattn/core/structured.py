@@ -11,7 +11,7 @@ checks and the layer accept them) that never enumerates its edges implicitly: ``
 (``head``, ``bias``, ``weight``, ``origin``, ``edge_attr``) are ``None`` (the per-slot values live in
 ``slot_bias``, ``slot_weight``, ``slot_origin``), and the explicit-only members (``edge_index``,
 ``csr``, ``replace``, ``select``, ``coalesce``, ``expand_heads``) raise an
-:class:`~graphattn.edgeset.ExplicitOnlyError` that points to ``to_explicit()``.
+:class:`~graphattn.core.edgeset.ExplicitOnlyError` that points to ``to_explicit()``.
 
 Each implements ``to_explicit()``, the one member that materialises plain edges, in a documented
 order; the tests check every fast kernel against the explicit path on those edges. It caches them
@@ -29,8 +29,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from graphattn.dispatch import Attended
-from graphattn.edgeset import (
+from graphattn.core.dispatch import Attended
+from graphattn.core.edgeset import (
     EdgeSet,
     ExplicitOnlyError,
     _need_finite,
@@ -41,12 +41,12 @@ from graphattn.edgeset import (
     derived_edge_sets,
     is_known_ptr,
 )
+from graphattn.core.origins import origin_code
 from graphattn.kernels import gather_rows, permutation_gather, shared_source_attention
 from graphattn.memory import EDGE_BYTES, check_edges
-from graphattn.origins import origin_code
 
 if TYPE_CHECKING:  # pragma: no cover
-    from graphattn.dispatch import AttentionCall
+    from graphattn.core.dispatch import AttentionCall
 
 #: the advice of the memory guard when materialising a structured edge set
 _LOWER_EXPLICIT = ("use the structured fast path (kernel='auto', without return_attention_weights or "
@@ -93,7 +93,7 @@ class StructuredEdgeSet(EdgeSet):
     :attr:`per_head`, the index checks of :meth:`validate` and :meth:`to_explicit` (which caches its
     result: :attr:`is_materialised`). The per-edge fields of the explicit form (``head``, ``bias``,
     ``weight``, ``origin``, ``edge_attr``) are ``None``; the explicit-only members listed in
-    :attr:`EXPLICIT_ONLY` raise an :class:`~graphattn.edgeset.ExplicitOnlyError`: call them on
+    :attr:`EXPLICIT_ONLY` raise an :class:`~graphattn.core.edgeset.ExplicitOnlyError`: call them on
     ``to_explicit()``.
     """
 

@@ -10,7 +10,7 @@ attended over, and the model returns the collection with its prediction::
     loss = criterion(out, batch.y)
     if signals.aux_loss is not None:
         loss = loss + aux_weight * signals.aux_loss
-    loss = loss + reinforce_loss(signals.policy_terms, reward)   # graphattn.policy
+    loss = loss + reinforce_loss(signals.policy_terms, reward)   # graphattn.core.policy
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from graphattn.edgeset import BaseEdgeSet
+from graphattn.core.edgeset import BaseEdgeSet
 
 
 class TrainingSignals:

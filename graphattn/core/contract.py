@@ -22,8 +22,8 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
-from graphattn.checks import all_finite, check_positive_int
-from graphattn.edgeset import EdgeSet, known_ptr, ptr_from_batch, tensor_version
+from graphattn.core.checks import all_finite, check_positive_int
+from graphattn.core.edgeset import EdgeSet, known_ptr, ptr_from_batch, tensor_version
 
 
 class ProducerContext:

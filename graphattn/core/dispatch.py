@@ -28,10 +28,10 @@ from typing import TYPE_CHECKING, NamedTuple
 import torch
 from torch import Tensor, nn
 
-from graphattn.contract import ProducerContext
+from graphattn.core.contract import ProducerContext
 
 if TYPE_CHECKING:  # pragma: no cover
-    from graphattn.edgeset import BaseEdgeSet, EdgeSet
+    from graphattn.core.edgeset import BaseEdgeSet, EdgeSet
 
 
 class Attended(NamedTuple):

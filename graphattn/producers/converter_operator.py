@@ -1,5 +1,5 @@
 r"""Operator edge sets: linear operators :math:`o = S v` that the layer applies without
-enumerating their edges (:class:`~graphattn.structured.OperatorEdgeSet`).
+enumerating their edges (:class:`~graphattn.core.structured.OperatorEdgeSet`).
 
 * :class:`UnitaryChainOperator` — Converter's unitary digraph shift
   :math:`S = \Phi^H \operatorname{diag}(e^{i\varphi}) \Phi` with
@@ -19,7 +19,9 @@ from typing import Any, NamedTuple
 import torch
 from torch import Tensor
 
-from graphattn.edgeset import EdgeSet, _need_finite, _need_long, _need_tensor, _shape
+from graphattn.core.edgeset import EdgeSet, _need_finite, _need_long, _need_tensor, _shape
+from graphattn.core.origins import origin_code
+from graphattn.core.structured import OperatorEdgeSet
 from graphattn.kernels.linear_scan import (
     SweepCoefs,
     adjoint_rotations,
@@ -30,8 +32,6 @@ from graphattn.kernels.linear_scan import (
     upper_sweep_into,
 )
 from graphattn.memory import EDGE_BYTES, check_edges
-from graphattn.origins import origin_code
-from graphattn.structured import OperatorEdgeSet
 
 __all__ = ["UnitaryChainOperator"]
 
@@ -241,7 +241,7 @@ class UnitaryChainOperator(OperatorEdgeSet):
 
     def _explicit_rows(self, max_nodes_per_graph: int) -> Tensor:
         r"""``[N, 1, n_max]``: :meth:`local_dense`, one operator for every head. So
-        :meth:`~graphattn.structured.OperatorEdgeSet.to_explicit` gives the complete digraph of
+        :meth:`~graphattn.core.structured.OperatorEdgeSet.to_explicit` gives the complete digraph of
         every graph (self-loops included) with complex weights :math:`w_{j \to i} = S_{ij}`,
         target-major, from one pass of the operator over ``n_max`` columns, shared by all heads
         (small graphs: :math:`n^2` edges per graph)."""
