@@ -38,8 +38,8 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from graphattn.producers.converter_operator import UnitaryChainOperator
-from graphattn.producers.converter_ops import givens
+from graphattn.producers.converter.chain import givens
+from graphattn.producers.converter.chain_operator import UnitaryChainOperator
 
 
 def _inputs(n: int, d: int, seed: int = 0) -> dict[str, torch.Tensor]:

@@ -5,10 +5,10 @@ memberships of random embeddings, block matrix softmax(C Cᵀ) over all k² entr
 so that the mean edge probability is exactly ``d``; no exploration, δ = 0). The same SBM is then
 sampled by
 
-* ``fastrg``: :func:`~graphattn.producers.sbm_sampling.fastrg_sample` (Algorithm 1, multi-edges);
-* ``fastrg+dedupe``: the same followed by :func:`~graphattn.producers.sbm_sampling.dedupe` (what the
+* ``fastrg``: :func:`~graphattn.producers.sbm.fastrg.fastrg_sample` (Algorithm 1, multi-edges);
+* ``fastrg+dedupe``: the same followed by :func:`~graphattn.producers.sbm.edges.dedupe` (what the
   producer does with ``dedupe=True``; a sort, ``O(E log E)``);
-* ``bernoulli``: :func:`~graphattn.producers.sbm_sampling.bernoulli_sample` (dense ``n × n``
+* ``bernoulli``: :func:`~graphattn.producers.sbm.bernoulli.bernoulli_sample` (dense ``n × n``
   probabilities, one Bernoulli draw per pair, the official code's path).
 
 Reported: the median over ``--repeats`` runs after ``--warmup`` runs (the three samplers interleaved)
@@ -33,13 +33,10 @@ from collections.abc import Callable
 
 import torch
 
-from graphattn.producers.sbm_sampling import (
-    bernoulli_sample,
-    block_matrix,
-    dedupe,
-    expected_num_edges,
-    fastrg_sample,
-)
+from graphattn.producers.sbm.bernoulli import bernoulli_sample
+from graphattn.producers.sbm.edges import dedupe
+from graphattn.producers.sbm.fastrg import fastrg_sample
+from graphattn.producers.sbm.model import block_matrix, expected_num_edges
 
 
 def make_sbm(n: int, density: float, k: int, heads: int, graphs: int, seed: int = 0):
@@ -109,9 +106,10 @@ def compiled_against_torch(n: int, graphs: int, heads: int, k: int, density: flo
     the same edges (the batch's fastRG multi-edges): the de-duplication (compiled radix sort against
     ``torch.argsort(stable=True)``) and the edge gate's backward (compiled loop against two
     ``torch.sparse.mm``). Process CPU time, median of ``repeats``."""
-    from graphattn.core import edgeset
-    from graphattn.producers import sbm_sampling
-    from graphattn.producers.sbm_sampling import edge_gate, key_projection
+    from graphattn.core import index
+    from graphattn.producers.sbm import native
+    from graphattn.producers.sbm.gate import edge_gate
+    from graphattn.producers.sbm.model import key_projection
 
     Y, S, Z, ptr = make_sbm(n, density, k, heads, graphs)
     N = n * graphs
@@ -129,8 +127,8 @@ def compiled_against_torch(n: int, graphs: int, heads: int, k: int, density: flo
 
     out = {"n": n, "graphs": graphs, "heads": heads, "k": k, "density": density,
            "edges": edges.num_edges}
-    for name, fn, module, flag, off in (("dedupe", dedupe_once, edgeset, "NATIVE_UNIQUE_MIN", None),
-                                        ("gate_backward", gate_once, sbm_sampling, "NATIVE_SAMPLERS",
+    for name, fn, module, flag, off in (("dedupe", dedupe_once, index, "NATIVE_UNIQUE_MIN", None),
+                                        ("gate_backward", gate_once, native, "NATIVE_SAMPLERS",
                                          False)):
         times = {}
         for label in ("compiled", "torch"):

@@ -265,7 +265,7 @@ def graphattn_step(cfg: dict[str, Any], task: Any,
     """The runner's own training step for ``cfg`` (``Trainer.train_step``), and the parameter
     count."""
     from graphattn.runner.config import resolve_config
-    from graphattn.runner.train import Trainer
+    from graphattn.runner.trainer import Trainer
 
     cfg = resolve_config({**cfg, "device": str(device), "progress": False})
     trainer = Trainer(cfg, task, 0, None)
@@ -280,7 +280,7 @@ def graphattn_step(cfg: dict[str, Any], task: Any,
 
 def anchor_step(model: nn.Module, task: Any, first: Any, device: torch.device,
                 lr: float = 1e-3) -> tuple[Callable[[Any], None], int]:
-    from graphattn.runner.train import task_loss
+    from graphattn.runner.metrics import task_loss
 
     model = model.to(device)
     with torch.no_grad():  # lazy modules

@@ -7,8 +7,8 @@ from __future__ import annotations
 import importlib
 import inspect
 
-MODULES = ("graphattn", "graphattn.producers", "graphattn.nn", "graphattn.data", "graphattn.runner",
-           "graphattn.viz")
+MODULES = ("graphattn", "graphattn.core", "graphattn.interop", "graphattn.producers", "graphattn.nn",
+           "graphattn.data", "graphattn.runner", "graphattn.viz")
 
 
 def summary(obj: object) -> str:

@@ -34,7 +34,7 @@ _EXPORTS = {
     "origin_name": "graphattn.core.origins",
     "set_memory_budget": "graphattn.memory",
     "trace": "graphattn.tracing",
-    "union_edge_sets": "graphattn.core.edgeset",
+    "union_edge_sets": "graphattn.core.union",
 }
 _SUBPACKAGES = ("producers", "nn", "data", "runner", "viz", "kernels", "memory", "interop")
 
@@ -67,7 +67,7 @@ __all__ = [
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
     from graphattn import memory, producers
     from graphattn.core.attention import EdgeAttention
-    from graphattn.core.edgeset import BaseEdgeSet, EdgeSet, ExplicitOnlyError, union_edge_sets
+    from graphattn.core.edgeset import BaseEdgeSet, EdgeSet, ExplicitOnlyError
     from graphattn.core.origins import origin_code, origin_name
     from graphattn.core.structured import (
         OperatorEdgeSet,
@@ -75,6 +75,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
         SharedSourceEdgeSet,
         StructuredEdgeSet,
     )
+    from graphattn.core.union import union_edge_sets
     from graphattn.memory import MemoryBudgetError, get_memory_budget, memory_budget, set_memory_budget
     from graphattn.nn import GraphTransformer, HybridLayer
     from graphattn.producers import EdgeProducer, ProducerContext
@@ -85,9 +86,11 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs
 #: the old paths import with a DeprecationWarning until the next release
 MOVED_MODULES = {
     **{f"graphattn.{m}": f"graphattn.core.{m}" for m in (
-        "attention", "checks", "contract", "dispatch", "edgeset", "origins", "policy", "signals",
-        "structured", "syncs")},
-    "graphattn.operators": "graphattn.producers.converter_operator",
+        "attention", "checks", "contract", "dispatch", "origins", "policy", "signals", "structured",
+        "syncs")},
+    # split into core.edgeset, core.index, core.union and core.inputs: the package exports them all
+    "graphattn.edgeset": "graphattn.core",
+    "graphattn.operators": "graphattn.producers.converter.chain_operator",
 }
 install_moved_modules(MOVED_MODULES)
 

@@ -44,7 +44,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from graphattn.core.edgeset import cacheable, ptr_from_counts, sort_rows, tensor_version
+from graphattn.core.index import cacheable, ptr_from_counts, sort_rows, tensor_version
 
 from .cpu_extension import cpu_extension_error, cpu_ops
 

@@ -17,7 +17,7 @@ r"""The linear scan of Converter's shift operator and the Givens-chain sweeps bu
   :func:`adjoint_rotations` gives the blocks of :math:`G^H`.
 
 The operator that applies these is
-:class:`~graphattn.producers.converter_operator.UnitaryChainOperator`; the Givens and Kernelution
+:class:`~graphattn.producers.converter.chain_operator.UnitaryChainOperator`; the Givens and Kernelution
 mathematics live with the Converter producer.
 """
 
@@ -29,7 +29,7 @@ from typing import Any, NamedTuple
 import torch
 from torch import Tensor
 
-from graphattn.core.edgeset import _shape
+from graphattn.core.index import shape_str
 
 from .cpu_extension import cpu_ops
 
@@ -182,7 +182,7 @@ def linear_scan(a: Tensor, b: Tensor, reverse: bool = False) -> Tensor:
         b: ``[L, ...]`` inputs.
     """
     if a.dim() != 1 or b.dim() < 1 or b.size(0) != a.size(0):
-        raise ValueError(f"'a' must be [L] and 'b' [L, ...], got {_shape(a)} and {_shape(b)}")
+        raise ValueError(f"'a' must be [L] and 'b' [L, ...], got {shape_str(a)} and {shape_str(b)}")
     dtype = torch.promote_types(a.dtype, b.dtype)
     shape = b.shape
     if b.numel() == 0:

@@ -44,6 +44,7 @@ from torch_geometric.data import Batch, Data
 
 import graphattn
 from graphattn import (
+    BaseEdgeSet,
     EdgeAttention,
     EdgeSet,
     GraphTransformer,
@@ -768,9 +769,9 @@ def _entries() -> dict[str, Entry]:
     }
     for preset, (kwargs, extra_rates, reads_edge_attr, rows) in presets.items():
         cls = MODELS[preset]
-        # a preset refuses the arguments it does not use (e.g. the Converter's heads)
-        ints = {k: v for k, v in model_ints.items() if k not in cls.UNUSED_ARGS}
-        rates = {k: v for k, v in {**model_rates, **extra_rates}.items() if k not in cls.UNUSED_ARGS}
+        # a preset takes only the arguments it uses (e.g. the Converter has no heads)
+        ints = {k: v for k, v in model_ints.items() if k in cls.OPTIONS}
+        rates = {k: v for k, v in {**model_rates, **extra_rates}.items() if k in cls.OPTIONS}
 
         def build(cls: Any = cls, kwargs: dict[str, Any] = kwargs, ints: dict[str, Any] = ints,
                   rates: dict[str, Any] = rates, **kw: Any) -> Any:
@@ -818,7 +819,7 @@ def _nonfinite(out: Any) -> str | None:
                 and not bool(torch.isfinite(out).all()):
             return f"non-finite values in an output of shape {list(out.shape)}"
         return None
-    if isinstance(out, EdgeSet):
+    if isinstance(out, BaseEdgeSet):
         names = ("bias", "weight", "virtual_x", "edge_attr", "log_prob", "aux_loss", "slot_bias",
                  "slot_weight")
         for name in names:
@@ -841,7 +842,7 @@ def _wrong_output(entry: Entry, out: Any, g: Graph) -> str | None:
         problem = entry.check(out, g)
         if problem:
             return problem
-    if isinstance(out, EdgeSet) and isinstance(g.batch, Tensor) and isinstance(g.x, Tensor):
+    if isinstance(out, BaseEdgeSet) and isinstance(g.batch, Tensor) and isinstance(g.x, Tensor):
         try:
             out.validate(g.num_nodes, g.batch)
         except ValueError as e:
@@ -948,7 +949,7 @@ def test_fuzz_covers_enough() -> None:
             "PermutationEdgeSet"} <= names
     # every model with graphattn's input handling (the citation anchors are PyG's layers as they
     # are, tests/nn/test_baselines.py)
-    ours = {m for m, cls in MODELS.items() if "producer" not in getattr(cls, "UNUSED_ARGS", {})}
+    ours = {m for m, cls in MODELS.items() if "producer" in cls.OPTIONS}
     assert ours >= {"hybrid", "samsa", "converter"}
     assert {f"GraphTransformer[{m}]" for m in ours} <= names
     assert {f"producer:{p}" for p in _OWN_PRODUCERS} <= names

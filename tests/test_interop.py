@@ -21,6 +21,7 @@ from graphattn.core.attention import EdgeAttention
 from graphattn.core.edgeset import EdgeSet, ExplicitOnlyError
 from graphattn.core.origins import origin_code
 from graphattn.core.structured import SharedSourceEdgeSet
+from graphattn.interop import from_sparse_tensor, from_torch_sparse, to_sparse_tensor, to_torch_sparse
 from graphattn.viz import build_view
 
 pytestmark = pytest.mark.filterwarnings("ignore:Sparse CSR tensor support is in beta",
@@ -312,114 +313,114 @@ def _same_edges(a: EdgeSet, b: EdgeSet) -> None:
 def test_sparse_tensor_round_trip():
     torch_sparse = pytest.importorskip("torch_sparse")
     es = _plain()
-    adj_t = es.to_sparse_tensor()
+    adj_t = to_sparse_tensor(es)
     assert isinstance(adj_t, torch_sparse.SparseTensor)
     assert adj_t.sparse_sizes() == (5, 5)
     dense = adj_t.to_dense()  # [targets, sources, heads]
     for e in range(es.num_edges):
         j, i = es.edge_index[:, e].tolist()
         torch.testing.assert_close(dense[i, j], es.weight[e])
-    back = EdgeSet.from_sparse_tensor(adj_t, num_heads=2)
+    back = from_sparse_tensor(adj_t, num_heads=2)
     _same_edges(back, es.coalesce())
     # PyG's orientation: adj_t @ v is the weighted sum of the sources' values, per head
     v = torch.randn(5, 3)
     expected = torch.zeros(5, 3)
     expected.index_add_(0, es.edge_index[1], es.weight[:, :1] * v[es.edge_index[0]])
-    torch.testing.assert_close(EdgeSet.from_sparse_tensor(adj_t, num_heads=2).to_sparse_tensor(
-        value=es.coalesce().weight[:, 0]) @ v, expected)
+    torch.testing.assert_close(to_sparse_tensor(from_sparse_tensor(adj_t, num_heads=2),
+                                                value=es.coalesce().weight[:, 0]) @ v, expected)
 
 
 @pytest.mark.parametrize("layout", [torch.sparse_csr, torch.sparse_coo])
 def test_torch_sparse_round_trip(layout):
     es = _plain(bias=torch.randn(6, generator=torch.Generator().manual_seed(5)))
-    t = es.to_torch_sparse(layout)
+    t = to_torch_sparse(es, layout)
     assert t.layout == layout and t.shape == (5, 5, 2)
-    _same_edges(EdgeSet.from_torch_sparse(t, num_heads=2, bias=es.coalesce().bias),
+    _same_edges(from_torch_sparse(t, num_heads=2, bias=es.coalesce().bias),
                 es.coalesce())
-    tb = es.to_torch_sparse(layout, value="bias")
+    tb = to_torch_sparse(es, layout, value="bias")
     assert tb.shape == (5, 5)
-    back = EdgeSet.from_torch_sparse(tb, value_as="bias", num_heads=2)
+    back = from_torch_sparse(tb, value_as="bias", num_heads=2)
     _same_edges(back, es.coalesce().replace(weight=None))
     # no values: ones, which value_as=None drops
-    ones = es.replace(weight=None).to_torch_sparse(layout)
+    ones = to_torch_sparse(es.replace(weight=None), layout)
     assert torch.equal(ones.to_dense(), torch.sparse_coo_tensor(
         es.edge_index.flip(0), torch.ones(6), (5, 5)).to_dense())
-    _same_edges(EdgeSet.from_torch_sparse(ones, value_as=None), es.coalesce().replace(
+    _same_edges(from_torch_sparse(ones, value_as=None), es.coalesce().replace(
         weight=None, bias=None))
     # a CSC tensor and an uncoalesced COO tensor are read too
-    csc = es.to_torch_sparse(torch.sparse_coo, value="bias").to_sparse_csc()
-    _same_edges(EdgeSet.from_torch_sparse(csc, value_as="bias"),
+    csc = to_torch_sparse(es, torch.sparse_coo, value="bias").to_sparse_csc()
+    _same_edges(from_torch_sparse(csc, value_as="bias"),
                 es.coalesce().replace(weight=None))
     raw = torch.sparse_coo_tensor(es.edge_index.flip(0), es.bias, (5, 5))
-    _same_edges(EdgeSet.from_torch_sparse(raw, value_as="bias"),
+    _same_edges(from_torch_sparse(raw, value_as="bias"),
                 es.coalesce().replace(weight=None))
 
 
 def test_sparse_values_fields_and_virtual_sources():
     es = _edge_set().coalesce()  # with a virtual source (column 5) and origins
     with pytest.raises(ValueError, match="'num_nodes'"):
-        es.to_torch_sparse()
-    t = es.to_torch_sparse(torch.sparse_coo, value="origin", num_nodes=5)
+        to_torch_sparse(es)
+    t = to_torch_sparse(es, torch.sparse_coo, value="origin", num_nodes=5)
     assert t.shape == (5, 6) and t.dtype == torch.long
     with pytest.raises(ValueError, match="virtual_x with 1 rows"):
-        EdgeSet.from_torch_sparse(t, value_as="origin")
-    back = EdgeSet.from_torch_sparse(t, value_as="origin", num_heads=2, virtual_x=es.virtual_x,
+        from_torch_sparse(t, value_as="origin")
+    back = from_torch_sparse(t, value_as="origin", num_heads=2, virtual_x=es.virtual_x,
                                      virtual_batch=es.virtual_batch)
     _same_edges(back, es)
     # an explicit value tensor, e.g. the attention weights
     _, (_, alpha) = _layer()(X, es, BATCH, return_attention_weights=True)
-    dense = es.to_torch_sparse(value=alpha, num_nodes=5).to_dense()
+    dense = to_torch_sparse(es, value=alpha, num_nodes=5).to_dense()
     torch.testing.assert_close(dense.sum(1), torch.ones(5, 2))  # each target's softmax sums to 1
 
 
 def test_sparse_duplicates_are_refused_kept_or_summed():
     es = EdgeSet(torch.tensor([[0, 1, 0], [1, 2, 1]]), weight=torch.tensor([0.25, 0.5, 2.0]))
     with pytest.raises(ValueError, match=r"1 duplicate.*duplicates='first'"):
-        es.to_torch_sparse()
-    first = EdgeSet.from_torch_sparse(es.to_torch_sparse(duplicates="first"))
+        to_torch_sparse(es)
+    first = from_torch_sparse(to_torch_sparse(es, duplicates="first"))
     _same_edges(first, es.coalesce())
-    summed = EdgeSet.from_torch_sparse(es.to_torch_sparse(duplicates="sum"))
+    summed = from_torch_sparse(to_torch_sparse(es, duplicates="sum"))
     assert summed.edge_index.tolist() == [[0, 1], [1, 2]]
     assert summed.weight.tolist() == [2.25, 0.5]
     raw = torch.sparse_coo_tensor(es.edge_index.flip(0), es.weight, (3, 3))  # uncoalesced
     with pytest.raises(ValueError, match="'t' holds 1 duplicate"):
-        EdgeSet.from_torch_sparse(raw)
-    assert EdgeSet.from_torch_sparse(raw, duplicates="sum").weight.tolist() == [2.25, 0.5]
+        from_torch_sparse(raw)
+    assert from_torch_sparse(raw, duplicates="sum").weight.tolist() == [2.25, 0.5]
 
 
 def test_sparse_bad_input_is_named():
     es = _plain()
     with pytest.raises(ValueError, match="'layout'"):
-        es.to_torch_sparse(torch.strided)
+        to_torch_sparse(es, torch.strided)
     with pytest.raises(ValueError, match="'value'"):
-        es.to_torch_sparse(value="nope")
+        to_torch_sparse(es, value="nope")
     with pytest.raises(ValueError, match=r"'value'.*E=6"):
-        es.to_torch_sparse(value=torch.ones(5))
+        to_torch_sparse(es, value=torch.ones(5))
     with pytest.raises(ValueError, match="'duplicates'"):
-        es.to_torch_sparse(duplicates="max")
+        to_torch_sparse(es, duplicates="max")
     with pytest.raises(ValueError, match="'num_nodes'"):
-        es.to_torch_sparse(num_nodes=-1)
+        to_torch_sparse(es, num_nodes=-1)
     with pytest.raises(ValueError, match="out of range for num_nodes=3"):
-        es.to_torch_sparse(num_nodes=3)
+        to_torch_sparse(es, num_nodes=3)
     with pytest.raises(ValueError, match="per-head"):
-        EdgeSet(es.edge_index, head=torch.zeros(6, dtype=torch.long)).to_torch_sparse()
+        to_torch_sparse(EdgeSet(es.edge_index, head=torch.zeros(6, dtype=torch.long)))
     shared = SharedSourceEdgeSet(torch.tensor([[[0, 1]]]), torch.tensor([0, 2]))
     with pytest.raises(ExplicitOnlyError, match="to_explicit"):
-        shared.to_torch_sparse()
-    back = EdgeSet.from_torch_sparse(shared.to_explicit().to_torch_sparse(), value_as=None)
+        to_torch_sparse(shared)
+    back = from_torch_sparse(to_torch_sparse(shared.to_explicit()), value_as=None)
     assert torch.equal(back.edge_index, shared.to_explicit().coalesce().edge_index)
     with pytest.raises(ValueError, match="'t' must be a torch sparse tensor"):
-        EdgeSet.from_torch_sparse(torch.ones(2, 2))
+        from_torch_sparse(torch.ones(2, 2))
     with pytest.raises(ValueError, match="'value_as'"):
-        EdgeSet.from_torch_sparse(es.to_torch_sparse(), value_as="nope")
+        from_torch_sparse(to_torch_sparse(es), value_as="nope")
     with pytest.raises(ValueError, match="'weight' is given twice"):
-        EdgeSet.from_torch_sparse(es.to_torch_sparse(), weight=torch.ones(6))
+        from_torch_sparse(to_torch_sparse(es), weight=torch.ones(6))
 
 
 def test_sparse_tensor_import_error_names_the_package(monkeypatch):
     monkeypatch.setitem(sys.modules, "torch_sparse", None)
     with pytest.raises(ImportError, match="'torch_sparse'"):
-        _plain().to_sparse_tensor()
+        to_sparse_tensor(_plain())
 
 
 @pytest.mark.parametrize("form", ["sparse_tensor", "csr", "coo"])
@@ -427,9 +428,9 @@ def test_layer_on_sparse_derived_edges_equals_the_original(form):
     if form == "sparse_tensor":
         pytest.importorskip("torch_sparse")
     es = _plain()
-    matrix = es.to_sparse_tensor() if form == "sparse_tensor" else es.to_torch_sparse(
-        torch.sparse_csr if form == "csr" else torch.sparse_coo)
-    convert = EdgeSet.from_sparse_tensor if form == "sparse_tensor" else EdgeSet.from_torch_sparse
+    matrix = to_sparse_tensor(es) if form == "sparse_tensor" else to_torch_sparse(
+        es, torch.sparse_csr if form == "csr" else torch.sparse_coo)
+    convert = from_sparse_tensor if form == "sparse_tensor" else from_torch_sparse
     layer = _layer()
     expected = layer(X, es)
     torch.testing.assert_close(layer(X, convert(matrix, num_heads=2)), expected)

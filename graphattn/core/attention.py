@@ -3,7 +3,6 @@ r"""EdgeAttention: the one sparse message-passing attention layer that consumes 
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Hashable, Mapping
 from typing import Any
 
@@ -23,75 +22,18 @@ from graphattn.core.checks import (
     inputs_are_checked,
 )
 from graphattn.core.contract import EdgeProducer, ProducerContext
-from graphattn.core.dispatch import Attended, AttentionCall
-from graphattn.core.edgeset import MODES, BaseEdgeSet, EdgeSet, as_edge_set, featured_rows
+from graphattn.core.dispatch import Attended, AttentionCall, attend, has_pyg_hooks, use_fused
+from graphattn.core.edgeset import MODES, BaseEdgeSet, EdgeSet
+from graphattn.core.index import default_batch
+from graphattn.core.inputs import as_edge_set, check_bipartite_indices, forward_arguments
 from graphattn.core.signals import TrainingSignals
 from graphattn.core.syncs import cpu_only
+from graphattn.core.union import featured_rows
 from graphattn.kernels import sddmm, segment_softmax
-from graphattn.kernels.fused import (
-    backend_ops,
-    default_backend,
-    fused_explicit_attention,
-    unavailable_reason,
-    unsupported_reason,
-)
+from graphattn.kernels.fused import fused_explicit_attention
 from graphattn.memory import EDGE_BYTES, check_edges
 
 KERNELS = ("auto", "reference", "fused")
-
-
-def _is_batch_vector(value: Any) -> bool:
-    """An integer vector: a graph id per node (``batch``), never edge features."""
-    return isinstance(value, Tensor) and value.dim() == 1 and not value.is_floating_point() \
-        and not value.is_complex()
-
-
-def _positional(args: tuple[Any, ...], **given: Any) -> tuple[Any, Any, Tensor | None]:
-    """``(edge_attr, return_attention_weights, batch)`` from the positional arguments after
-    ``edges`` and the keywords ``given``: the current order ``(edge_attr,
-    return_attention_weights)``, or the earlier ``(batch, edge_attr, return_attention_weights)``
-    (recognised by an integer vector, ``None`` before a tensor, or any vector beside a keyword
-    ``edge_attr``, in third place; a :class:`FutureWarning`)."""
-    if args and (_is_batch_vector(args[0]) or (
-            args[0] is None and len(args) > 1 and isinstance(args[1], Tensor)) or (
-            # a vector in third place beside a keyword edge_attr: the earlier order's batch
-            given["edge_attr"] is not None and isinstance(args[0], Tensor) and args[0].dim() == 1)):
-        names: tuple[str, ...] = ("batch", "edge_attr", "return_attention_weights")
-        warnings.warn("EdgeAttention.forward(x, edges, batch, edge_attr) is the earlier order; "
-                      "the third positional argument is now 'edge_attr' (as in TransformerConv / "
-                      "GATConv): pass batch=... by keyword", FutureWarning, stacklevel=5)
-    else:
-        names = ("edge_attr", "return_attention_weights")
-    if len(args) > len(names):
-        raise TypeError(f"EdgeAttention.forward takes at most 4 positional arguments (x, edges, "
-                        f"edge_attr, return_attention_weights), got {2 + len(args)}")
-    for name, value in zip(names, args, strict=False):
-        if given[name] is not None:
-            raise TypeError(f"EdgeAttention.forward got '{name}' twice: positionally and by "
-                            f"keyword")
-        given[name] = value
-    return given["edge_attr"], given["return_attention_weights"], given["batch"]
-
-
-def _check_bipartite_indices(es: EdgeSet, num_sources: int, num_targets: int) -> None:
-    """Sources of a bipartite edge set in ``[0, num_sources)``, targets in ``[0, num_targets)``
-    (one host read); no virtual sources."""
-    if es.virtual_x is not None:
-        raise ValueError("bipartite input takes no virtual sources ('virtual_x')")
-    ei = es.edge_index
-    if not ei.numel():
-        return
-    head = es.head if es.head is not None else ei.new_zeros(1)
-    lo_s, hi_s, lo_t, hi_t, lo_h, hi_h = torch.stack([ei[0].min(), ei[0].max(), ei[1].min(),
-                                                      ei[1].max(), head.min(), head.max()]).tolist()
-    if lo_h < 0 or hi_h >= es.num_heads:
-        raise ValueError(f"'head' must lie in [0, {es.num_heads}), got [{lo_h}, {hi_h}]")
-    if lo_s < 0 or hi_s >= num_sources:
-        raise ValueError(f"'edge_index' sources must lie in [0, {num_sources}) (rows of x_src), "
-                         f"got [{lo_s}, {hi_s}]")
-    if lo_t < 0 or hi_t >= num_targets:
-        raise ValueError(f"'edge_index' targets must lie in [0, {num_targets}) (rows of x_dst), "
-                         f"got [{lo_t}, {hi_t}]")
 
 
 class EdgeAttention(MessagePassing):
@@ -341,7 +283,7 @@ class EdgeAttention(MessagePassing):
         After the call, :attr:`last_edges` is that edge set and :attr:`last_kernel` names the path
         that ran (see :mod:`graphattn.core.dispatch`).
         """
-        edge_attr, return_attention_weights, batch = _positional(
+        edge_attr, return_attention_weights, batch = forward_arguments(
             args, edge_attr=edge_attr, return_attention_weights=return_attention_weights,
             batch=batch)
         x_src = None
@@ -359,7 +301,6 @@ class EdgeAttention(MessagePassing):
         if signals is not None:
             signals.add(es)
         need_alpha = return_attention_weights is not None or _trace.is_tracing()
-        # PyG explain: hooks (AttentionExplainer) or explain mode (mask explainers) need explicit edges
         hooked = bool(self._message_forward_hooks) or bool(self._explain)
         call = AttentionCall(
             ctx, heads=self.heads, channels=self.out_channels, scale=self.scale,
@@ -367,10 +308,7 @@ class EdgeAttention(MessagePassing):
             attend_keys=self.mode == "attention" and es.mode == "attention",
             lin_key=self.lin_key, lin_value=self.lin_value,
             explicit=lambda explicit: self._attend_explicit(call, explicit, need_alpha or hooked))
-        if self.kernel == "reference" or need_alpha or hooked:
-            res = call.explicit(es.to_explicit())
-        else:
-            res = es.attend(call)
+        res = attend(es, call, explicit=self.kernel == "reference" or need_alpha or hooked)
         self.last_kernel = res.kernel
         out = res.out.real if res.out.is_complex() and self.complex_output == "real" else res.out
         out = out.reshape(x.size(0), self.heads * self.out_channels) if self.concat else out.mean(dim=1)
@@ -466,7 +404,8 @@ class EdgeAttention(MessagePassing):
         q = call.query()
         k, v = call.sources(es)
         N = call.num_nodes
-        if self._use_fused(es, v):
+        if use_fused(self.kernel, es, v, explain=bool(self._explain),
+                     hooked=has_pyg_hooks(self)):
             ef = None
             if es.edge_attr is not None:  # W_E e_ji, added to keys and values inside the kernel
                 ef = self._project_edge_attr(es).view(-1, self.heads, self.out_channels)
@@ -510,7 +449,7 @@ class EdgeAttention(MessagePassing):
         check_node_features(x, self.target_channels, self)
         N = x.size(0)
         if batch is None:
-            batch = torch.zeros(N, dtype=torch.long, device=x.device)
+            batch = default_batch(None, N, x.device)
         elif not isinstance(batch, Tensor) or batch.dim() != 1 or batch.numel() != N:
             shape = list(batch.shape) if isinstance(batch, Tensor) else type(batch).__name__
             raise ValueError(f"'batch' must be 1-D with one graph id per node [{N}], got {shape}")
@@ -550,7 +489,7 @@ class EdgeAttention(MessagePassing):
         if es.structure != "explicit" and es.edge_attr is not None:
             raise ValueError("'edge_attr' is only supported on explicit edge sets")
         if num_sources is not None:  # bipartite: sources index x_src, targets x_dst
-            _check_bipartite_indices(es, num_sources, x.size(0))
+            check_bipartite_indices(es, num_sources, x.size(0))
         elif self.validate:
             es.validate(x.size(0), batch)
         if es.virtual_x is not None and es.virtual_x.size(1) != x.size(1):
@@ -568,43 +507,6 @@ class EdgeAttention(MessagePassing):
             proj["query"] = lambda: self.lin_query(x).view(-1, H, C)
             proj["key"] = lambda: self.lin_key(src).view(-1, H, C)
         return proj
-
-    def _use_fused(self, es: EdgeSet, v: Tensor) -> bool:
-        """Whether the explicit edge set ``es`` runs on the fused kernel (see ``kernel``)."""
-        if self.kernel == "reference":
-            return False
-        backend = default_backend(v.device)
-        reason = unsupported_reason(es, v, backend)
-        if self.kernel == "fused":
-            if self._explain:
-                reason = ("PyG explain mode multiplies every message by an edge mask, and the "
-                          "fused kernel has no message tensor; use kernel='auto' or 'reference'")
-            if reason is not None:
-                raise ValueError(f"kernel='fused' cannot run this edge set: {reason}")
-        elif reason is not None or self._has_pyg_hooks():
-            return False
-        if backend_ops(backend, warn=self.kernel != "fused") is not None:
-            return True
-        if self.kernel == "fused":  # asked for explicitly: no silent fallback
-            raise ValueError(f"kernel='fused' cannot run: the {backend} kernel is unavailable "
-                             f"({unavailable_reason(backend)})")
-        return False  # kernel='auto': the reference path (warned once)
-
-    def _has_pyg_hooks(self) -> bool:
-        """PyG explain mode or message-passing hooks need ``propagate`` (the reference path)."""
-        if getattr(self, "_explain", None):
-            return True
-        return any(
-            len(getattr(self, name, ()))
-            for name in (
-                "_propagate_forward_pre_hooks",
-                "_propagate_forward_hooks",
-                "_message_forward_pre_hooks",
-                "_message_forward_hooks",
-                "_aggregate_forward_pre_hooks",
-                "_aggregate_forward_hooks",
-            )
-        )
 
     def _explicit(
         self, q: Tensor | None, k: Tensor | None, v: Tensor, es: EdgeSet, N: int

@@ -23,7 +23,8 @@ import torch
 from torch import Tensor, nn
 
 from graphattn.core.checks import all_finite, check_positive_int
-from graphattn.core.edgeset import EdgeSet, known_ptr, ptr_from_batch, tensor_version
+from graphattn.core.edgeset import BaseEdgeSet, EdgeSet
+from graphattn.core.index import default_batch, known_ptr, ptr_from_batch, tensor_version
 
 
 class ProducerContext:
@@ -69,7 +70,7 @@ class ProducerContext:
         num_heads = check_positive_int("num_heads", num_heads)
         N = x.size(0)
         if batch is None:
-            batch = torch.zeros(N, dtype=torch.long, device=x.device)
+            batch = default_batch(None, N, x.device)
         elif not isinstance(batch, Tensor) or batch.dim() != 1 or batch.numel() != N:
             shape = list(batch.shape) if isinstance(batch, Tensor) else type(batch).__name__
             raise ValueError(f"'batch' must be a 1-D tensor with one graph id per node [{N}], "
@@ -285,7 +286,7 @@ class EdgeProducer(nn.Module):
             if hit is not None:
                 return hit
         edges = self.produce(context)
-        if not isinstance(edges, EdgeSet):
+        if not isinstance(edges, BaseEdgeSet):
             raise TypeError(f"{type(self).__name__}.produce() must return an EdgeSet, "
                             f"got {type(edges).__name__}")
         if key is not None:

@@ -16,6 +16,11 @@ permutation                       a gather of the values                        
 operator                          ``matvec`` on the values                             ``"operator"``
 ================================  ===================================================  ==========
 
+:func:`attend` makes the one choice above the structures: the explicit form (``to_explicit()``) when
+the reference path is forced or the caller needs the coefficients (``return_attention_weights``, a
+trace, PyG's explain hooks), else the structure's own path; for explicit edges :func:`use_fused`
+chooses between the fused kernel and the reference ``propagate``.
+
 The result is an :class:`Attended` ``(out, alpha, kernel)``; the layer exposes ``kernel`` as
 ``EdgeAttention.last_kernel``. A new structure implements ``attend`` and uses only this module.
 """
@@ -23,12 +28,13 @@ The result is an :class:`Attended` ``(out, alpha, kernel)``; the layer exposes `
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 from torch import Tensor, nn
 
 from graphattn.core.contract import ProducerContext
+from graphattn.kernels.fused import backend_ops, default_backend, unavailable_reason, unsupported_reason
 
 if TYPE_CHECKING:  # pragma: no cover
     from graphattn.core.edgeset import BaseEdgeSet, EdgeSet
@@ -133,3 +139,48 @@ class AttentionCall:
             return lin(rows[:, 0]).view(B, k, H, C).transpose(1, 2)
         out = torch.einsum("bhkf,hcf->bhkc", rows, lin.weight.view(H, C, -1))
         return out if lin.bias is None else out + lin.bias.view(1, H, 1, C)
+
+
+def attend(es: BaseEdgeSet, call: AttentionCall, *, explicit: bool) -> Attended:
+    """``es`` attended on its own path, or on the explicit one (``call.explicit`` on
+    ``es.to_explicit()``) when ``explicit`` is set: ``kernel="reference"``, or coefficients needed
+    (``return_attention_weights``, a trace, PyG explain hooks or explain mode)."""
+    return call.explicit(es.to_explicit()) if explicit else es.attend(call)
+
+
+#: the message-passing hooks of a PyG layer; any registered one needs ``propagate``
+PYG_HOOKS = ("_propagate_forward_pre_hooks", "_propagate_forward_hooks", "_message_forward_pre_hooks",
+             "_message_forward_hooks", "_aggregate_forward_pre_hooks", "_aggregate_forward_hooks")
+
+
+def has_pyg_hooks(layer: Any) -> bool:
+    """PyG explain mode or message-passing hooks on ``layer`` need ``propagate`` (the reference
+    path)."""
+    if getattr(layer, "_explain", None):
+        return True
+    return any(len(getattr(layer, name, ())) for name in PYG_HOOKS)
+
+
+def use_fused(kernel: str, es: EdgeSet, v: Tensor, *, explain: bool, hooked: bool) -> bool:
+    """Whether the explicit edge set ``es`` (values ``v``) runs on the fused kernel under the
+    layer's ``kernel`` option: ``"reference"`` never; ``"auto"`` where the kernel supports the
+    edge set and is available, and no PyG hook or explain mode (``hooked``) needs ``propagate``;
+    ``"fused"`` always, or a :class:`ValueError` saying why it cannot (no silent fallback)."""
+    if kernel == "reference":
+        return False
+    backend = default_backend(v.device)
+    reason = unsupported_reason(es, v, backend)
+    if kernel == "fused":
+        if explain:
+            reason = ("PyG explain mode multiplies every message by an edge mask, and the "
+                      "fused kernel has no message tensor; use kernel='auto' or 'reference'")
+        if reason is not None:
+            raise ValueError(f"kernel='fused' cannot run this edge set: {reason}")
+    elif reason is not None or hooked:
+        return False
+    if backend_ops(backend, warn=kernel != "fused") is not None:
+        return True
+    if kernel == "fused":  # asked for explicitly: no silent fallback
+        raise ValueError(f"kernel='fused' cannot run: the {backend} kernel is unavailable "
+                         f"({unavailable_reason(backend)})")
+    return False  # kernel='auto': the reference path (warned once)

@@ -5,8 +5,9 @@
 * :class:`PermutationEdgeSet` — one in-edge per (target, head) (Sliceformer) → a gather.
 * :class:`OperatorEdgeSet` — a linear operator ``matvec(v)`` never enumerated (Converter).
 
-All three derive from :class:`StructuredEdgeSet`, an :class:`~graphattn.EdgeSet` (so ``isinstance``
-checks and the layer accept them) that never enumerates its edges implicitly: ``device``,
+All three derive from :class:`StructuredEdgeSet`, a :class:`~graphattn.BaseEdgeSet` (what the layer
+accepts) and a sibling of the explicit :class:`~graphattn.EdgeSet`, that never enumerates its edges
+implicitly: ``device``,
 ``num_edges`` and ``per_head`` come from the structure, the per-edge fields of the explicit form
 (``head``, ``bias``, ``weight``, ``origin``, ``edge_attr``) are ``None`` (the per-slot values live in
 ``slot_bias``, ``slot_weight``, ``slot_origin``), and the explicit-only members (``edge_index``,
@@ -22,7 +23,6 @@ allocating more.
 
 from __future__ import annotations
 
-from abc import abstractmethod
 from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
 
 import torch
@@ -30,16 +30,15 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from graphattn.core.dispatch import Attended
-from graphattn.core.edgeset import (
-    EdgeSet,
-    ExplicitOnlyError,
-    _need_finite,
-    _need_float,
-    _need_long,
-    _need_tensor,
-    _shape,
+from graphattn.core.edgeset import BaseEdgeSet, EdgeSet, ExplicitOnlyError
+from graphattn.core.index import (
     derived_edge_sets,
     is_known_ptr,
+    need_finite,
+    need_float,
+    need_long,
+    need_tensor,
+    shape_str,
 )
 from graphattn.core.origins import origin_code
 from graphattn.kernels import gather_rows, permutation_gather, shared_source_attention
@@ -84,24 +83,24 @@ def _check_source_range(name: str, src: Tensor, num_nodes: int, num_virtual: int
         )
 
 
-class StructuredEdgeSet(EdgeSet):
-    r"""Common base of the structured edge sets: an :class:`~graphattn.EdgeSet` (for ``isinstance``
-    checks and the layer) that stores a structure instead of edges and never enumerates them
-    implicitly.
+class StructuredEdgeSet(BaseEdgeSet):
+    r"""Common base of the structured edge sets: a :class:`~graphattn.BaseEdgeSet` that stores a
+    structure instead of edges and never enumerates them implicitly; a sibling of the explicit
+    :class:`~graphattn.EdgeSet`, not a subclass, so it inherits none of its explicit-only members.
 
     Subclasses implement, from their structure, :attr:`device`, :attr:`num_edges`,
     :attr:`per_head`, the index checks of :meth:`validate` and :meth:`to_explicit` (which caches its
     result: :attr:`is_materialised`). The per-edge fields of the explicit form (``head``, ``bias``,
-    ``weight``, ``origin``, ``edge_attr``) are ``None``; the explicit-only members listed in
-    :attr:`EXPLICIT_ONLY` raise an :class:`~graphattn.core.edgeset.ExplicitOnlyError`: call them on
-    ``to_explicit()``.
+    ``weight``, ``origin``, ``edge_attr``) are ``None``; reaching one of the explicit form's members
+    listed in :attr:`EXPLICIT_ONLY` raises an :class:`~graphattn.core.edgeset.ExplicitOnlyError`
+    that names the way out: call it on ``to_explicit()``.
     """
 
-    #: the members of :class:`~graphattn.EdgeSet` that need enumerated edges
-    EXPLICIT_ONLY: ClassVar[tuple[str, ...]] = (
-        "edge_index", "csr", "replace", "expand_heads", "coalesce", "select",
-        "to_sparse_tensor", "to_torch_sparse", "from_sparse_tensor", "from_torch_sparse",
-    )
+    #: the members of :class:`~graphattn.EdgeSet` that need enumerated edges: name -> how to call it
+    EXPLICIT_ONLY: ClassVar[dict[str, str]] = {
+        "edge_index": "edge_index", "csr": "csr(num_nodes)", "replace": "replace(...)",
+        "expand_heads": "expand_heads()", "coalesce": "coalesce()", "select": "select(index)",
+    }
 
     def __init__(
         self,
@@ -126,84 +125,24 @@ class StructuredEdgeSet(EdgeSet):
         self.edge_attr = None
         self._check_common_fields()
 
-    # ------------------------------------------------------------- structure
-    @property
-    @abstractmethod
-    def device(self) -> torch.device:
-        """The device of the tensors that define the structure."""
-
-    @property
-    @abstractmethod
-    def num_edges(self) -> int:
-        """The number of edges of :meth:`to_explicit`, computed from the structure."""
-
-    @property
-    @abstractmethod
-    def per_head(self) -> bool:
-        """Whether :meth:`to_explicit` gives per-head edges (``head`` set)."""
-
-    @abstractmethod
-    def _validate_indices(self, num_nodes: int, batch: Tensor | None) -> None:
-        """The explicit form's index checks, on the structure."""
-
-    @abstractmethod
-    def to_explicit(self) -> EdgeSet:
-        """Plain COO edges with the same meaning, built once and cached."""
-
     @property
     def is_materialised(self) -> bool:
         """Whether :meth:`to_explicit` has built this edge set's explicit edges (which it keeps
         until ``to()`` / ``detach()``); nothing else builds them."""
         return "explicit" in self._cache
 
-    # ------------------------------------------------------------ explicit-only
-    def _explicit_only(self, member: str, call: str) -> NoReturn:
-        name = type(self).__name__
+    def __getattr__(self, name: str) -> NoReturn:
+        """Only reached for attributes the class does not have: an explicit-only member gets an
+        :class:`~graphattn.core.edgeset.ExplicitOnlyError` that points to ``to_explicit()``."""
+        call = type(self).EXPLICIT_ONLY.get(name)
+        if call is None or name.startswith("__"):
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        member = name if name == "edge_index" else f"{name}()"
         raise ExplicitOnlyError(
-            f"{name}.{member} needs enumerated edges, which a structured edge set does not hold "
-            f"(enumerating its {self.structure!r} structure costs memory and time proportional to "
-            f"num_edges); call .to_explicit().{call} to materialise them on purpose"
+            f"{type(self).__name__}.{member} needs enumerated edges, which a structured edge set "
+            f"does not hold (enumerating its {self.structure!r} structure costs memory and time "
+            f"proportional to num_edges); call .to_explicit().{call} to materialise them on purpose"
         )
-
-    @property
-    def edge_index(self) -> Tensor:
-        self._explicit_only("edge_index", "edge_index")
-
-    def csr(self, num_nodes: int) -> tuple[Tensor, Tensor, Tensor]:
-        self._explicit_only("csr()", "csr(num_nodes)")
-
-    def replace(self, **changes: Any) -> EdgeSet:
-        self._explicit_only("replace()", "replace(...)")
-
-    def expand_heads(self) -> EdgeSet:
-        self._explicit_only("expand_heads()", "expand_heads()")
-
-    def coalesce(self) -> EdgeSet:
-        self._explicit_only("coalesce()", "coalesce()")
-
-    def select(self, index: Tensor) -> EdgeSet:
-        self._explicit_only("select()", "select(index)")
-
-    def to_sparse_tensor(self, *args: Any, **kwargs: Any) -> Any:
-        self._explicit_only("to_sparse_tensor()", "to_sparse_tensor(...)")
-
-    def to_torch_sparse(self, *args: Any, **kwargs: Any) -> Tensor:
-        self._explicit_only("to_torch_sparse()", "to_torch_sparse(...)")
-
-    @classmethod
-    def _built_explicit(cls, member: str) -> NoReturn:
-        raise ExplicitOnlyError(
-            f"{cls.__name__}.{member}() builds enumerated edges, which a structured edge set does "
-            f"not hold: call EdgeSet.{member}(...) (a structured set's explicit form is "
-            f".to_explicit())")
-
-    @classmethod
-    def from_sparse_tensor(cls, *args: Any, **kwargs: Any) -> EdgeSet:
-        cls._built_explicit("from_sparse_tensor")
-
-    @classmethod
-    def from_torch_sparse(cls, *args: Any, **kwargs: Any) -> EdgeSet:
-        cls._built_explicit("from_torch_sparse")
 
 
 class SharedSourceEdgeSet(StructuredEdgeSet):
@@ -241,35 +180,35 @@ class SharedSourceEdgeSet(StructuredEdgeSet):
         aux_loss: Tensor | None = None,
         stats: dict[str, Any] | None = None,
     ) -> None:
-        _need_long("sources", _need_tensor("sources", sources, dims=3))
-        _need_long("ptr", _need_tensor("ptr", ptr, dims=1))
+        need_long("sources", need_tensor("sources", sources, dims=3))
+        need_long("ptr", need_tensor("ptr", ptr, dims=1))
         B, Hs, _ = sources.shape
         if ptr.numel() != B + 1:
-            raise ValueError(f"'ptr' must have shape [{B + 1}] for {B} graphs, got {_shape(ptr)}")
+            raise ValueError(f"'ptr' must have shape [{B + 1}] for {B} graphs, got {shape_str(ptr)}")
         if B and not is_known_ptr(ptr) and bool(  # one read; none for the context's pointer
                 torch.stack([ptr[0] != 0, (ptr[1:] < ptr[:-1]).any()]).any()):
             raise ValueError("'ptr' must start at 0 and be non-decreasing")
         if Hs not in (1, num_heads):
             raise ValueError(
                 f"'sources' must have shape [B, 1 or num_heads={num_heads}, k], "
-                f"got {_shape(sources)}"
+                f"got {shape_str(sources)}"
             )
         for name, t in (("source_mask", source_mask), ("bias", bias), ("weight", weight),
                         ("origin", origin)):
             if t is None:
                 continue
-            _need_tensor(name, t, dims=3)
+            need_tensor(name, t, dims=3)
             if t.shape != sources.shape:
                 raise ValueError(
-                    f"'{name}' must have the shape of 'sources' {_shape(sources)}, got {_shape(t)}"
+                    f"'{name}' must have the shape of 'sources' {shape_str(sources)}, got {shape_str(t)}"
                 )
         if source_mask is not None and source_mask.dtype != torch.bool:
             raise ValueError(f"'source_mask' must have dtype torch.bool, got {source_mask.dtype}")
         if origin is not None:
-            _need_long("origin", origin)
+            need_long("origin", origin)
         for name, t in (("bias", bias), ("weight", weight)):
             if t is not None:
-                _need_finite(name, _need_float(name, t))
+                need_finite(name, need_float(name, t))
         self.sources = sources
         self.ptr = ptr
         self.source_mask = source_mask
@@ -474,22 +413,22 @@ class PermutationEdgeSet(StructuredEdgeSet):
         aux_loss: Tensor | None = None,
         stats: dict[str, Any] | None = None,
     ) -> None:
-        _need_long("src", _need_tensor("src", src, dims=2))
+        need_long("src", need_tensor("src", src, dims=2))
         if src.size(1) not in (1, num_heads):
             raise ValueError(
-                f"'src' must have shape [N, 1 or num_heads={num_heads}], got {_shape(src)}"
+                f"'src' must have shape [N, 1 or num_heads={num_heads}], got {shape_str(src)}"
             )
         for name, t in (("weight", weight), ("origin", origin)):
             if t is not None:
-                _need_tensor(name, t, dims=2)
+                need_tensor(name, t, dims=2)
                 if t.shape != src.shape:
                     raise ValueError(
-                        f"'{name}' must have the shape of 'src' {_shape(src)}, got {_shape(t)}"
+                        f"'{name}' must have the shape of 'src' {shape_str(src)}, got {shape_str(t)}"
                     )
         if weight is not None:
-            _need_finite("weight", _need_float("weight", weight, complex_ok=True))
+            need_finite("weight", need_float("weight", weight, complex_ok=True))
         if origin is not None:
-            _need_long("origin", origin)
+            need_long("origin", origin)
         self.src = src
         self.slot_weight = weight
         self.slot_origin = origin
@@ -526,7 +465,7 @@ class PermutationEdgeSet(StructuredEdgeSet):
     def validate(self, num_nodes: int, batch: Tensor | None = None) -> PermutationEdgeSet:
         if self.src.size(0) != num_nodes:
             raise ValueError(
-                f"'src' must have one row per target node ({num_nodes}), got {_shape(self.src)}"
+                f"'src' must have one row per target node ({num_nodes}), got {shape_str(self.src)}"
             )
         return super().validate(num_nodes, batch)
 
@@ -606,7 +545,7 @@ class OperatorEdgeSet(StructuredEdgeSet):
         aux_loss: Tensor | None = None,
         stats: dict[str, Any] | None = None,
     ) -> None:
-        _need_long("ptr", _need_tensor("ptr", ptr, dims=1))
+        need_long("ptr", need_tensor("ptr", ptr, dims=1))
         self.ptr = ptr
         super().__init__(
             num_heads=num_heads,

@@ -29,40 +29,16 @@ from torch_geometric.nn import GATConv, GCNConv
 
 from graphattn.core.signals import TrainingSignals
 from graphattn.nn.blocks import activation
-from graphattn.nn.model import check_unused_args
 from graphattn.nn.registry import register_model
-
-_NOT_USED = {
-    "producer": "an anchor has no graphattn attention branch",
-    "conv": "the model is its own message-passing stack",
-    "norm": "the published recipes use no normalisation layers",
-    "norm_first": "no normalisation layers",
-    "ffn_ratio": "no feed-forward blocks",
-    "residual": "the published recipes have no residual connections",
-    "ffn": "no feed-forward blocks",
-    "head_layers": "the last layer outputs the classes",
-    "pe": "the published recipes use no positional encoding",
-    "pe_dim": "no positional encoding",
-    "node_encoder": "the first layer reads the raw features",
-    "num_embeddings": "the first layer reads the raw features",
-    "edge_encoder": "no edge features",
-    "pool": "node-level models",
-}
 
 
 class _Anchor(nn.Module):
     """What the runner needs of a model: ``forward(data, generator=None, return_signals=False)``
     and ``layers`` (each without a graphattn edge set: ``last_edges`` is ``None``)."""
 
-    UNUSED_ARGS: ClassVar[dict[str, str]] = _NOT_USED
     layers: nn.ModuleList
 
-    def _check(self, task: str, num_layers: int, dropout: float, unused: dict[str, Any]) -> None:
-        check_unused_args(type(self), unused)
-        unknown = sorted(set(unused) - set(self.UNUSED_ARGS) - {"attn_kwargs", "producer_kwargs",
-                                                                 "pe_attr"})
-        if unknown:
-            raise TypeError(f"{type(self).__name__} got unexpected arguments {unknown}")
+    def _check(self, task: str, num_layers: int, dropout: float) -> None:
         if task != "node":
             raise ValueError(f"{type(self).__name__} is a node-level anchor (the citation recipes); "
                              f"got task={task!r}")
@@ -105,14 +81,14 @@ class GCNAnchor(_Anchor):
     docstring for the math and the published recipe): ``dropout`` between layers and
     ``input_dropout`` on the input features (the paper drops both, 0.5)."""
 
-    UNUSED_ARGS: ClassVar[dict[str, str]] = {**_NOT_USED, "heads": "GCN has no attention heads",
-                                             "attn_dropout": "GCN has no attention"}
+    OPTIONS: ClassVar[tuple[str, ...]] = ("hidden_channels", "out_channels", "num_layers", "dropout",
+                                          "input_dropout", "act", "task")
 
     def __init__(self, hidden_channels: int, out_channels: int, num_layers: int = 2,
                  dropout: float = 0.5, input_dropout: float = 0.5, act: str = "relu",
-                 task: str = "node", **unused: Any) -> None:
+                 task: str = "node") -> None:
         super().__init__()
-        self._check(task, num_layers, dropout, unused)
+        self._check(task, num_layers, dropout)
         self.dropout, self.input_dropout = dropout, input_dropout
         self.act = activation(act)
         widths = [-1] + [hidden_channels] * (num_layers - 1) + [out_channels]
@@ -133,12 +109,16 @@ class GATAnchor(_Anchor):
     coefficients, ``dropout`` the features between layers, ``input_dropout`` the input features
     (0.6 each in the paper)."""
 
+    OPTIONS: ClassVar[tuple[str, ...]] = ("hidden_channels", "out_channels", "num_layers", "heads",
+                                          "dropout", "attn_dropout", "input_dropout", "act",
+                                          "out_heads", "task")
+
     def __init__(self, hidden_channels: int, out_channels: int, num_layers: int = 2,
                  heads: int = 8, dropout: float = 0.6, attn_dropout: float = 0.6,
                  input_dropout: float = 0.6, act: str = "elu", out_heads: int = 1,
-                 task: str = "node", **unused: Any) -> None:
+                 task: str = "node") -> None:
         super().__init__()
-        self._check(task, num_layers, dropout, unused)
+        self._check(task, num_layers, dropout)
         if hidden_channels % heads:
             raise ValueError(f"'hidden_channels' ({hidden_channels}) must be a multiple of 'heads' "
                              f"({heads}): each head has hidden_channels / heads channels")

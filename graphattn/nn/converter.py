@@ -33,9 +33,16 @@ from torch_geometric.utils import to_dense_batch
 
 from graphattn.core.attention import EdgeAttention
 from graphattn.core.edgeset import EdgeSet
+from graphattn.core.index import default_batch
 from graphattn.core.signals import TrainingSignals
 from graphattn.kernels.dropout import dropout as fast_dropout
-from graphattn.nn.model import POOLS, GraphTransformer, check_model_args, check_unused_args
+from graphattn.nn.base import (
+    POOLS,
+    GraphModel,
+    check_mapping,
+    check_model_args,
+    check_task_and_pool,
+)
 from graphattn.nn.registry import register_model
 from graphattn.producers.base import check_positive_int, check_rate
 from graphattn.producers.converter import ConverterProducer, ScaleNorm
@@ -245,49 +252,57 @@ class ConverterBlock(nn.Module):
 
 
 @register_model("converter")
-class ConverterModel(GraphTransformer):
-    r"""Converter (one or more :class:`ConverterBlock` s) as a :class:`~graphattn.GraphTransformer`:
-    the node encoder (plus any ``pe``), the recurrent positional encoding, the blocks, the read-out
-    and the MLP head of :class:`~graphattn.GraphTransformer`.
+class ConverterModel(GraphModel):
+    r"""Converter (one or more :class:`ConverterBlock` s) between :class:`~graphattn.GraphTransformer`'s
+    encoders and head: the node encoder (plus any ``pe``), the recurrent positional encoding, the
+    blocks, the read-out and the MLP head.
 
-    Takes :class:`~graphattn.GraphTransformer`'s keyword arguments; it uses ``hidden_channels``
-    (:math:`D`), ``out_channels``, ``num_layers`` (the paper: 1), ``producer`` (must be
-    ``converter``; default Kernelution with the Dirichlet kernel), ``dropout``, ``ffn_ratio``
-    (gated-FFN width :math:`= ratio \cdot D`; the paper: 4), the encoders, ``pe``, ``task``,
-    ``pool``, ``head_layers``, ``act`` (head; the paper: ``leaky_relu``), ``input_dropout``,
-    ``attn_kwargs`` and ``producer_kwargs``. ``heads``, ``norm``, ``norm_first``, ``residual``,
-    ``ffn``, ``attn_dropout`` and ``edge_encoder`` do not apply (the block is fixed by the paper;
-    one operator serves all channels): a value other than the default raises a
-    :class:`ValueError`. ``conv`` must be ``None``.
+    The block is fixed by the paper and one operator serves all channels: there is no ``heads``,
+    ``norm``, ``norm_first``, ``residual``, ``ffn``, ``attn_dropout`` or ``edge_encoder``.
 
     Args:
+        hidden_channels (int): :math:`D`.
+        out_channels (int): predictions per graph (or node).
+        num_layers (int): blocks (the paper: 1).
+        producer: the ``converter`` producer (default Kernelution with the Dirichlet kernel;
+            ``None``: that default).
+        conv: must be ``None``.
         rpe (bool): the recurrent (GRU) positional encoding.
         rpe_layers (int): its GRU layers.
         value_dropout (float, optional): dropout on the complex values (default: ``dropout``).
         readout (str, optional): overrides ``pool`` (the runner sets ``pool`` from the task, e.g.
             ``"cls"`` for ListOps; the paper uses ``"mean"``).
+        dropout (float): in the gated FFN, the recurrent encoding and the head.
+        ffn_ratio (int): gated-FFN width :math:`= ratio \cdot D` (the paper: 4).
+        act (str): the head's activation (the paper: ``leaky_relu``).
+        attn_kwargs, producer_kwargs (dict, optional): the blocks' attention and producer
+            arguments.
+        node_encoder, num_embeddings, pe, pe_attr, pe_dim, input_dropout, task, pool, head_layers,
+            head_norm: as in :class:`~graphattn.GraphTransformer` (a node encoder and a head are
+            needed: the blocks keep the width).
     """
 
-    builds_own_layers = True
-    UNUSED_ARGS: ClassVar[dict[str, str]] = {
-        "heads": "one operator serves all channels",
-        "norm": "the block's norms are the paper's ScaleNorms",
-        "norm_first": "the block's norms are the paper's ScaleNorms",
-        "residual": "the block's residuals are the paper's",
-        "ffn": "the block always has the paper's gated FFN",
-        "attn_dropout": "an operator has no attention coefficients to drop (see value_dropout)",
-        "edge_encoder": "the operator does not read edge features",
-    }
+    OPTIONS: ClassVar[tuple[str, ...]] = (
+        "hidden_channels", "out_channels", "num_layers", "producer", "conv", "rpe", "rpe_layers",
+        "value_dropout", "readout", "dropout", "ffn_ratio", "act", "attn_kwargs", "producer_kwargs",
+        "node_encoder", "num_embeddings", "pe", "pe_attr", "pe_dim", "input_dropout", "task", "pool",
+        "head_layers", "head_norm",
+    )
 
     def __init__(self, hidden_channels: int, out_channels: int, num_layers: int = 1,
                  producer: Any = "converter", conv: str | None = None, *, rpe: bool = True,
                  rpe_layers: int = 2, value_dropout: float | None = None,
-                 readout: str | None = None, **kwargs: Any) -> None:
-        shared = ("heads", "ffn_ratio", "head_layers", "pe_dim", "num_embeddings", "dropout",
-                  "attn_dropout", "input_dropout")
+                 readout: str | None = None, dropout: float = 0.0, ffn_ratio: int = 4,
+                 act: str = "relu", attn_kwargs: dict[str, Any] | None = None,
+                 producer_kwargs: dict[str, Any] | None = None,
+                 node_encoder: str | None = "linear", num_embeddings: int | None = None,
+                 pe: str | None = None, pe_attr: str | None = None, pe_dim: int = 16,
+                 input_dropout: float = 0.0, task: str = "graph", pool: str = "mean",
+                 head_layers: int = 1, head_norm: str | None = None) -> None:
         check_model_args(hidden_channels=hidden_channels, out_channels=out_channels,
-                         num_layers=num_layers, **{k: kwargs[k] for k in shared if k in kwargs})
-        check_unused_args(type(self), kwargs)
+                         num_layers=num_layers, ffn_ratio=ffn_ratio, head_layers=head_layers,
+                         pe_dim=pe_dim, num_embeddings=num_embeddings, dropout=dropout,
+                         input_dropout=input_dropout)
         check_positive_int("rpe_layers", rpe_layers)
         if value_dropout is not None:
             check_rate("value_dropout", value_dropout)
@@ -296,38 +311,38 @@ class ConverterModel(GraphTransformer):
                              f"(use conv=None)")
         if readout is not None and readout not in POOLS:
             raise ValueError(f"'readout' must be one of {sorted(POOLS)}, got {readout!r}")
-        if kwargs.get("head_layers", 1) < 1:
+        if head_layers < 1:
             raise ValueError("the Converter preset needs head_layers >= 1 (its blocks keep the width)")
-        if kwargs.get("node_encoder", "linear") is None:
+        if node_encoder is None:
             raise ValueError("the Converter preset needs a node encoder (its blocks have width "
                              "hidden_channels)")
-        for key in self.UNUSED_ARGS:
-            kwargs.pop(key, None)
+        check_task_and_pool(task, pool)
+        check_mapping("attn_kwargs", attn_kwargs)
+        check_mapping("producer_kwargs", producer_kwargs)
         if producer is None:  # the runner's "no producer": the preset's own
             producer = "converter"
-        # GraphTransformer builds the encoders, the read-out and the head; the Converter blocks are
-        # built below (builds_own_layers)
-        super().__init__(hidden_channels, out_channels, num_layers=num_layers, producer=None,
-                         conv=None, heads=1, norm_first=False, **kwargs)
-        if readout is not None:
-            self.pool = readout
-        dropout = float(kwargs.get("dropout", 0.0))
-        ffn_ratio = int(kwargs.get("ffn_ratio", 4))
+        super().__init__()
+        self.task, self.pool = task, pool if readout is None else readout
+        # the encoders and the head first, then the recurrent encoding and the blocks (the order
+        # of the parameters)
+        self.add_encoders(hidden_channels, node_encoder=node_encoder, num_embeddings=num_embeddings,
+                          edge_encoder=None, pe=pe, pe_attr=pe_attr, pe_dim=pe_dim,
+                          input_dropout=input_dropout)
+        self.add_head(hidden_channels, out_channels, head_layers=head_layers, head_norm=head_norm,
+                      act=act, dropout=dropout, final_norm=False)
+        dropout = float(dropout)
         self.rpe = (RecurrentPositionalEncoding(hidden_channels, rpe_layers, dropout)
                     if rpe else None)
         self.layers = nn.ModuleList(
             ConverterBlock(hidden_channels, producer, ffn_ratio * hidden_channels, dropout,
                            dropout if value_dropout is None else value_dropout,
-                           attn_kwargs=kwargs.get("attn_kwargs"),
-                           producer_kwargs=kwargs.get("producer_kwargs"))
+                           attn_kwargs=attn_kwargs, producer_kwargs=producer_kwargs)
             for _ in range(num_layers)
         )
 
     def encode(self, data: Any) -> tuple[Tensor, Tensor | None]:
+        """The encoders' output, then the recurrent positional encoding over each graph's nodes."""
         h, edge_attr = super().encode(data)
         if self.rpe is not None:
-            batch = getattr(data, "batch", None)
-            if batch is None:
-                batch = torch.zeros(h.size(0), dtype=torch.long, device=h.device)
-            h = self.rpe(h, batch)
+            h = self.rpe(h, default_batch(getattr(data, "batch", None), h.size(0), h.device))
         return h, edge_attr

@@ -40,20 +40,20 @@ import torch
 from torch import Tensor, nn
 from torch_geometric.nn import Linear
 
-from graphattn.core.edgeset import check_graph_inputs
+from graphattn.core.inputs import check_graph_inputs
 from graphattn.core.signals import TrainingSignals
+from graphattn.nn.base import (
+    PE_ATTRS,
+    POOLS,
+    GraphModel,
+    check_model_args,
+    check_sign_flip,
+    mlp_head,
+    param_dtype_module,
+)
 from graphattn.nn.blocks import EdgeEncoder, NodeEncoder, activation, apply_norm, make_norm, make_skip
 from graphattn.nn.dropout import Dropout
 from graphattn.nn.edge_gcn import EdgeGCNConv
-from graphattn.nn.model import (
-    PE_ATTRS,
-    POOLS,
-    _param_dtype_module,
-    check_model_args,
-    check_unused_args,
-    graph_count,
-    read_positional_encoding,
-)
 from graphattn.nn.registry import register_model
 from graphattn.producers.base import check_channels, check_dtype
 
@@ -96,7 +96,7 @@ class _GCNPlusLayer(nn.Module):
 
 
 @register_model("gcnplus")
-class GCNPlus(nn.Module):
+class GCNPlus(GraphModel):
     r"""GCN+ (see the module docstring for the math and the published recipe).
 
     Args:
@@ -113,37 +113,30 @@ class GCNPlus(nn.Module):
             first convolution reads the raw float features, lazily sized).
         num_embeddings (int, optional): vocabulary of ``node_encoder="embedding"``.
         edge_encoder (str, optional): ``"bond"`` or ``"linear"``; ``None``: no edge features.
-        pe (str, optional): ``"random_walk"`` (RWSE) or ``"laplacian"`` (eigenvectors, random
-            sign flips in training): read from the attribute the runner's transform writes.
+        pe (str, optional): ``"random_walk"`` (RWSE) or ``"laplacian"`` (eigenvectors): read from
+            the attribute the runner's transform writes.
         pe_dim (int): the encoding's raw width (random-walk steps, eigenvectors).
         pe_channels (int): its width after the projection, part of ``hidden_channels``.
+        pe_sign_flip (bool): a random sign per eigenvector in training (for eigenvectors whose
+            signs are arbitrary; the runner's :class:`~graphattn.nn.laplacian_pe.LaplacianPE`
+            fixes them, so the default is off).
         pool (str): graph read-out, ``"mean"``, ``"add"``/``"sum"`` or ``"max"``.
         task (str): ``"graph"`` or ``"node"``.
     """
 
-    UNUSED_ARGS: ClassVar[dict[str, str]] = {
-        "producer": "GCN+ has no attention branch",
-        "conv": "its layers are GCN+'s edge-aware convolutions",
-        "heads": "no attention heads",
-        "attn_dropout": "no attention",
-        "norm_first": "each layer normalises the convolution's output",
-        "ffn_ratio": "no feed-forward blocks",
-        "ffn": "the Peptides-func recipe has no feed-forward blocks",
-        "input_dropout": "dropout follows every layer",
-    }
+    OPTIONS: ClassVar[tuple[str, ...]] = (
+        "hidden_channels", "out_channels", "num_layers", "dropout", "act", "norm", "residual",
+        "head_layers", "node_encoder", "num_embeddings", "edge_encoder", "pe", "pe_dim",
+        "pe_channels", "pe_sign_flip", "pool", "task",
+    )
 
     def __init__(self, hidden_channels: int, out_channels: int, num_layers: int = 3,
                  dropout: float = 0.2, act: str = "relu", norm: str | None = "batch_norm",
                  residual: bool = False, head_layers: int = 4, node_encoder: str | None = "atom",
                  num_embeddings: int | None = None, edge_encoder: str | None = "bond",
                  pe: str | None = None, pe_dim: int = 16, pe_channels: int = 28,
-                 pool: str = "mean", task: str = "graph", **unused: Any) -> None:
+                 pe_sign_flip: bool = False, pool: str = "mean", task: str = "graph") -> None:
         super().__init__()
-        check_unused_args(type(self), unused)
-        unknown = sorted(set(unused) - set(self.UNUSED_ARGS) - {"attn_kwargs", "producer_kwargs",
-                                                                 "pe_attr"})
-        if unknown:
-            raise TypeError(f"{type(self).__name__} got unexpected arguments {unknown}")
         check_model_args(hidden_channels=hidden_channels, out_channels=out_channels,
                          num_layers=num_layers, head_layers=head_layers, pe_dim=pe_dim,
                          num_embeddings=num_embeddings, dropout=dropout)
@@ -166,6 +159,10 @@ class GCNPlus(nn.Module):
                                  f"({hidden_channels}): the node encoder gets the rest")
         self.task, self.pool, self.pe, self.dropout = task, pool, pe, dropout
         self.pe_attr = PE_ATTRS[pe] if pe is not None else None
+        self.pe_sign_flip = check_sign_flip(pe_sign_flip, pe, None)
+        # the encoder: the node encoder's output and the batch-normalised encoding, projected,
+        # side by side (GraphGPS's Atom+RWSE)
+        self.pe_concat = True
         node_width = hidden_channels - (pe_channels if pe is not None else 0)
         self.node_encoder = (NodeEncoder(node_encoder, node_width, num_embeddings)
                              if node_encoder is not None else None)
@@ -177,40 +174,16 @@ class GCNPlus(nn.Module):
             _GCNPlusLayer(hidden_channels if (i or node_encoder is not None) else -1,
                           hidden_channels, edge_dim, norm, act, dropout, residual)
             for i in range(num_layers))
-        head: list[nn.Module] = []
-        for _ in range(head_layers - 1):
-            head.append(Linear(hidden_channels, hidden_channels))
+
+        def hidden_block() -> list[nn.Module]:  # Linear → Norm → Dropout → act
             hnorm, _takes_batch = make_norm(norm, hidden_channels)
-            if hnorm is not None:
-                head.append(hnorm)
-            head += [Dropout(dropout), activation(act)]
-        head.append(Linear(hidden_channels, out_channels))
-        self.head = nn.Sequential(*head)
+            return [*([hnorm] if hnorm is not None else []), Dropout(dropout), activation(act)]
 
-    def reset_parameters(self) -> None:
-        for m in self.modules():
-            if m is not self and hasattr(m, "reset_parameters"):
-                m.reset_parameters()
+        self.head = mlp_head(hidden_channels, out_channels, head_layers, hidden_block)
 
-    def encode(self, data: Any) -> tuple[Tensor, Tensor | None]:
-        """``(h0, encoded edge features or None)``."""
-        x = data.x
-        h = x if self.node_encoder is None else self.node_encoder(x)
-        if self.pe_encoder is not None:
-            assert self.pe_norm is not None
-            pe = read_positional_encoding(data, self.pe, self.pe_attr, self.training)
-            h = torch.cat([h, self.pe_encoder(self.pe_norm(pe.to(h.dtype)))], dim=-1)
-        edge_attr = getattr(data, "edge_attr", None)
-        if self.edge_encoder is None or edge_attr is None:
-            return h, None
-        return h, self.edge_encoder(edge_attr)
-
-    def forward(self, data: Any, *, generator: torch.Generator | None = None,
-                return_signals: bool = False) -> Any:
-        """Predictions ``[num_graphs or N, out_channels]``; with ``return_signals``, also the
-        :class:`~graphattn.core.signals.TrainingSignals` of the pass (empty without producers). ``data``
-        needs ``x`` and ``edge_index`` (plus ``batch`` for several graphs, ``edge_attr`` with an
-        edge encoder and the structural encoding with ``pe``); malformed inputs raise a
+    def check_data(self, data: Any) -> None:
+        """``data`` needs ``x`` and ``edge_index`` (plus ``batch`` for several graphs, ``edge_attr``
+        with an edge encoder and the structural encoding with ``pe``); malformed inputs raise a
         :class:`ValueError` naming the attribute."""
         x, edge_index = getattr(data, "x", None), getattr(data, "edge_index", None)
         if not isinstance(x, Tensor) or not isinstance(edge_index, Tensor):
@@ -218,7 +191,7 @@ class GCNPlus(nn.Module):
         if self.node_encoder is None and not x.is_floating_point():
             raise ValueError(f"'data.x' must be floating-point with node_encoder=None, got {x.dtype}")
         if self.node_encoder is None or self.node_encoder.kind == "linear":
-            check_dtype("data.x", x, _param_dtype_module(self), type(self).__name__)
+            check_dtype("data.x", x, param_dtype_module(self), type(self).__name__)
         batch = getattr(data, "batch", None)
         num_graphs = getattr(data, "num_graphs", None)
         pe = getattr(data, self.pe_attr, None) if self.pe_attr else None
@@ -227,21 +200,13 @@ class GCNPlus(nn.Module):
                            finite={"data.x": x, "data.edge_attr": edge_attr,
                                    f"data.{self.pe_attr}": pe},
                            num_graphs=num_graphs if isinstance(num_graphs, int) else None)
-        h, e = self.encode(data)
-        if batch is None:
-            batch = torch.zeros(h.size(0), dtype=torch.long, device=h.device)
-        signals = TrainingSignals()
-        h = self.propagate_layers(h, edge_index, e, batch, data, generator, signals)
-        if self.task == "graph":
-            h = POOLS[self.pool](h, batch, size=graph_count(data, batch))
-        out = self.head(h)
-        return (out, signals) if return_signals else out
 
-    def propagate_layers(self, h: Tensor, edge_index: Tensor, edge_attr: Tensor | None,
-                         batch: Tensor, data: Any, generator: torch.Generator | None,
-                         signals: TrainingSignals) -> Tensor:
+    def propagate_layers(self, h: Tensor, edge_attr: Tensor | None, batch: Tensor, data: Any, *,
+                         generator: torch.Generator | None, signals: TrainingSignals,
+                         num_graphs: int | None) -> Tensor:
         """The layers, from the encoded nodes to the node states the read-out pools (``data``,
         ``generator`` and ``signals`` serve subclasses with producers)."""
+        edge_index = data.edge_index
         for layer in self.layers:
             h = layer(h, edge_index, edge_attr, batch)
         return h

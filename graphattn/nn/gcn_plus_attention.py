@@ -34,34 +34,29 @@ import torch
 from torch import Tensor, nn
 from torch_geometric.nn import Linear
 
-from graphattn.core.attention import EdgeAttention
-from graphattn.core.edgeset import EdgeSet
 from graphattn.core.signals import TrainingSignals
+from graphattn.nn.base import check_model_args, layer_pass
 from graphattn.nn.blocks import DataView
 from graphattn.nn.gcn_plus import GCNPlus
-from graphattn.nn.hybrid import producer_defaults
-from graphattn.nn.model import LastPassSignals, check_model_args, layer_pass
+from graphattn.nn.hybrid import AttentionBranch, attention_branch
 from graphattn.nn.registry import register_model
 from graphattn.producers.base import check_positive_int
-from graphattn.producers.registry import build_producer
 
 
-class GlobalBranch(nn.Module):
-    r"""A producer and :class:`~graphattn.EdgeAttention` at width ``attn_channels``, projected
-    back to ``channels`` by :math:`W_O` (zero at initialisation and after
-    :meth:`reset_parameters`)."""
+class GlobalBranch(AttentionBranch, nn.Module):
+    r"""A global branch as :class:`~graphattn.HybridLayer`'s (:func:`~graphattn.nn.hybrid.
+    attention_branch`: the producer and :class:`~graphattn.EdgeAttention`) at width
+    ``attn_channels``, projected back to ``channels`` by :math:`W_O` (bias-free, zero at
+    initialisation and after :meth:`reset_parameters`)."""
 
     def __init__(self, channels: int, attn_channels: int, heads: int, producer: Any,
                  attn_dropout: float, edge_dim: int | None,
                  producer_kwargs: dict[str, Any] | None,
                  attn_kwargs: dict[str, Any] | None) -> None:
         super().__init__()
-        self.producer = build_producer(producer, **producer_defaults(channels, heads,
-                                                                      producer_kwargs))
-        self.attn = EdgeAttention(channels, attn_channels // heads, heads=heads,
-                                  dropout=attn_dropout, edge_dim=edge_dim,
-                                  mode=self.producer.mode,
-                                  **(attn_kwargs or {}))
+        self.producer, self.attn = attention_branch(
+            channels, attn_channels, heads, producer, attn_dropout=attn_dropout, edge_dim=edge_dim,
+            attn_kwargs=attn_kwargs, producer_kwargs=producer_kwargs)
         self.out = Linear(attn_channels, channels, bias=False)
         self.reset_parameters()
 
@@ -71,19 +66,13 @@ class GlobalBranch(nn.Module):
                 m.reset_parameters()
         nn.init.zeros_(self.out.weight)
 
-    @property
-    def last_edges(self) -> EdgeSet | None:
-        return self.attn.last_edges
-
     def forward(self, h: Tensor, batch: Tensor, data: Any, generator: torch.Generator | None,
                 signals: TrainingSignals, edge_cache: dict[Hashable, Any]) -> Tensor:
-        out = self.attn(h, self.producer, batch=batch, data=data, generator=generator, signals=signals,
-                        edge_cache=edge_cache)
-        return self.out(out)
+        return self.out(self.attend(h, batch, data, generator, signals, edge_cache))
 
 
 @register_model("gcnplus_attention")
-class GCNPlusAttention(LastPassSignals, GCNPlus):
+class GCNPlusAttention(GCNPlus):
     r"""GCN+ plus a global attention branch in some of its layers (see the module docstring for
     the math). Takes :class:`~graphattn.nn.gcn_plus.GCNPlus`'s arguments and:
 
@@ -101,9 +90,10 @@ class GCNPlusAttention(LastPassSignals, GCNPlus):
         attn_kwargs (dict, optional): extra :class:`~graphattn.EdgeAttention` arguments.
     """
 
-    UNUSED_ARGS: ClassVar[dict[str, str]] = {
-        k: v for k, v in GCNPlus.UNUSED_ARGS.items() if k not in ("producer", "heads", "attn_dropout")
-    }
+    OPTIONS: ClassVar[tuple[str, ...]] = (
+        *GCNPlus.OPTIONS, "producer", "heads", "attn_channels", "attn_layers", "attn_dropout",
+        "attn_edge_features", "producer_kwargs", "attn_kwargs",
+    )
 
     def __init__(self, hidden_channels: int, out_channels: int, num_layers: int = 3, *,
                  producer: Any = "full", heads: int = 4, attn_channels: int = 64,
@@ -147,10 +137,10 @@ class GCNPlusAttention(LastPassSignals, GCNPlus):
         for branch in self.branches():
             branch.reset_parameters()  # W_O back to zero (the modules walk re-drew it)
 
-    def propagate_layers(self, h: Tensor, edge_index: Tensor, edge_attr: Tensor | None,
-                         batch: Tensor, data: Any, generator: torch.Generator | None,
-                         signals: TrainingSignals) -> Tensor:
-        self._last_signals = signals  # edge_sets(), aux_loss(), policy_terms() read them
+    def propagate_layers(self, h: Tensor, edge_attr: Tensor | None, batch: Tensor, data: Any, *,
+                         generator: torch.Generator | None, signals: TrainingSignals,
+                         num_graphs: int | None) -> Tensor:
+        edge_index = data.edge_index
         view = DataView(data, edge_attr=edge_attr if self.attn_edge_features else None)
         with layer_pass(self.branches()) as edge_cache:
             for layer in self.layers:

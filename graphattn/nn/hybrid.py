@@ -11,7 +11,8 @@ from torch_geometric.nn import Linear, MessagePassing
 
 from graphattn.core.attention import EdgeAttention
 from graphattn.core.checks import check_data_attributes, inputs_are_checked
-from graphattn.core.edgeset import EdgeSet, check_graph_inputs
+from graphattn.core.edgeset import EdgeSet
+from graphattn.core.inputs import check_graph_inputs
 from graphattn.core.signals import TrainingSignals
 from graphattn.kernels.dropout import dropout as fast_dropout
 from graphattn.nn.blocks import activation, apply_norm, conv_takes_edge_attr, make_conv, make_norm, make_skip
@@ -34,7 +35,61 @@ def producer_defaults(channels: int, heads: int,
     return {"channels": channels, "heads": heads, "num_heads": heads, **(overrides or {})}
 
 
-class HybridLayer(nn.Module):
+def attention_branch(in_channels: int, channels: int, heads: int, producer: Any, *,
+                     attn_dropout: float = 0.0, edge_dim: int | None = None,
+                     attn_kwargs: Mapping[str, Any] | None = None,
+                     producer_kwargs: Mapping[str, Any] | None = None,
+                     output_layer: bool = False) -> tuple[EdgeProducer, EdgeAttention]:
+    """A global branch's producer (built from the spec ``producer`` with :func:`producer_defaults`
+    for an input of width ``in_channels``) and the :class:`~graphattn.EdgeAttention` over its edge
+    sets: ``heads`` heads concatenated to width ``channels``, unless the producer fixes the head
+    size (``producer.head_size``: ``channels / head_size`` heads, e.g. Sliceformer's one channel
+    per head); in an ``output_layer`` (and without a fixed head size), ``heads`` heads of the full
+    width ``channels``, averaged (GAT's output layer)."""
+    built = build_producer(producer, **producer_defaults(in_channels, heads, producer_kwargs))
+    attn_heads = heads
+    head_size = getattr(built, "head_size", None)
+    if head_size is not None:
+        if channels % head_size:
+            raise ValueError(f"'channels' ({channels}) must be divisible by the producer's "
+                             f"head_size ({head_size})")
+        attn_heads = channels // head_size
+    concat = not output_layer or head_size is not None
+    attn = EdgeAttention(
+        in_channels,
+        channels // attn_heads if concat else channels,
+        heads=attn_heads,
+        concat=concat,
+        dropout=attn_dropout,
+        edge_dim=edge_dim,
+        mode=built.mode,
+        **(attn_kwargs or {}),
+    )
+    return built, attn
+
+
+class AttentionBranch:
+    """A module with a global branch: ``producer`` and the ``attn`` over its edge sets (both
+    ``None`` without a branch; :func:`attention_branch` builds them)."""
+
+    producer: EdgeProducer | None
+    attn: EdgeAttention | None
+
+    @property
+    def last_edges(self) -> EdgeSet | None:
+        """The edge set the last forward attended over (read from the attention layer)."""
+        return None if self.attn is None else self.attn.last_edges
+
+    def attend(self, x: Tensor, batch: Tensor | None, data: Any, generator: torch.Generator | None,
+               signals: TrainingSignals | None, edge_cache: dict[Hashable, Any] | None) -> Tensor:
+        """The attention over the producer's edge set for ``x`` (``signals`` receives the edge
+        set; ``edge_cache`` shares batch-only edge sets between the layers of one pass)."""
+        assert self.attn is not None and self.producer is not None
+        return self.attn(x, self.producer, batch=batch, data=data, generator=generator,
+                         signals=signals, edge_cache=edge_cache)
+
+
+class HybridLayer(AttentionBranch, nn.Module):
     r"""A GPS-style layer whose global branch is an edge-set producer plus
     :class:`~graphattn.EdgeAttention` (no padding, no quadratic memory unless the producer asks
     for it):
@@ -139,29 +194,9 @@ class HybridLayer(nn.Module):
                                output=output_layer)
         self.conv_edge_attr = self.conv is not None and conv_takes_edge_attr(self.conv)
         if producer is not None:
-            self.producer: EdgeProducer | None = build_producer(
-                producer, **producer_defaults(in_c, heads, producer_kwargs)
-            )
-            attn_heads = heads
-            head_size = getattr(self.producer, "head_size", None)
-            if head_size is not None:
-                if channels % head_size:
-                    raise ValueError(f"'channels' ({channels}) must be divisible by the producer's "
-                                     f"head_size ({head_size})")
-                attn_heads = channels // head_size
-            # an output layer averages heads of the full width (GAT's output layer), unless the
-            # producer fixes the head size (Sliceformer): then its heads are concatenated
-            concat = not output_layer or head_size is not None
-            self.attn: EdgeAttention | None = EdgeAttention(
-                in_c,
-                channels // attn_heads if concat else channels,
-                heads=attn_heads,
-                concat=concat,
-                dropout=attn_dropout,
-                edge_dim=edge_dim,
-                mode=self.producer.mode,
-                **(attn_kwargs or {}),
-            )
+            self.producer, self.attn = attention_branch(
+                in_c, channels, heads, producer, attn_dropout=attn_dropout, edge_dim=edge_dim,
+                attn_kwargs=attn_kwargs, producer_kwargs=producer_kwargs, output_layer=output_layer)
             self.attn_out: Linear | None = None if output_layer else Linear(channels, channels)
         else:
             self.producer, self.attn, self.attn_out = None, None, None
@@ -186,11 +221,6 @@ class HybridLayer(nn.Module):
     def residual(self) -> bool:
         """Whether the layer has a residual path (identity or learned projection)."""
         return self.skip is not None
-
-    @property
-    def last_edges(self) -> EdgeSet | None:
-        """The edge set the last forward attended over (read from the attention layer)."""
-        return None if self.attn is None else self.attn.last_edges
 
     def reset_parameters(self) -> None:
         for m in (self.conv, self.producer, self.attn, self.attn_out, self.norm1, self.norm2,
@@ -246,8 +276,7 @@ class HybridLayer(nn.Module):
         if self.attn is not None:
             assert self.producer is not None
             h = apply_norm(self.norm2, self._nb2, x, batch) if self.norm_first else x
-            h = self.attn(h, self.producer, batch=batch, data=data, generator=generator, signals=signals,
-                          edge_cache=edge_cache)
+            h = self.attend(h, batch, data, generator, signals, edge_cache)
             if self.attn_out is not None:
                 h = self.attn_out(h)
             hs.append(self._branch_out(h, res, self.norm2, self._nb2, batch))

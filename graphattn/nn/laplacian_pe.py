@@ -23,8 +23,9 @@ class LaplacianPE(BaseTransform):
     several components, where the eigenvalue 0 repeats, another basis of its eigenspace). Here the
     solver starts from a fixed vector (a seeded uniform draw) and each eigenvector's sign is fixed so
     that its entry of largest magnitude is positive: the same graph gets the same encoding, bit for bit,
-    in every process on one machine. The random sign flip that makes a model sign-invariant belongs to
-    training (``GraphTransformer`` flips each eigenvector's sign per forward pass in training mode).
+    in every process on one machine. With canonical signs a model needs no random sign flip in
+    training (``GraphTransformer(pe_sign_flip=True)`` still offers GraphGPS's augmentation, for
+    eigenvectors of arbitrary sign).
     A graph with :math:`n \le k` nodes has only :math:`n - 1` such eigenvectors; the remaining columns
     are zero.
 

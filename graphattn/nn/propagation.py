@@ -43,11 +43,12 @@ from torch_geometric.utils import spmm
 
 from graphattn.core.checks import check_dtype, check_positive_int, check_rate
 from graphattn.core.contract import ProducerContext
-from graphattn.core.edgeset import EdgeSet, cacheable, check_graph_inputs
+from graphattn.core.edgeset import EdgeSet
+from graphattn.core.index import cacheable
+from graphattn.core.inputs import check_graph_inputs
 from graphattn.core.signals import TrainingSignals
 from graphattn.nn.blocks import activation
 from graphattn.nn.dropout import Dropout
-from graphattn.nn.model import check_unused_args
 from graphattn.nn.registry import register_model
 from graphattn.producers.registry import build_producer
 
@@ -184,24 +185,6 @@ class MixedOrderPropagation(MessagePassing):
         return f"{type(self).__name__}(steps={self.steps})"
 
 
-_NOT_USED = {
-    "conv": "the model propagates with the producer's edges, no local conv",
-    "heads": "the propagation has no attention heads",
-    "attn_dropout": "no attention coefficients",
-    "norm_first": "the MLP has no residual blocks",
-    "ffn_ratio": "no feed-forward blocks",
-    "residual": "no residual connections",
-    "ffn": "no feed-forward blocks",
-    "head_layers": "the MLP's last layer outputs the classes",
-    "pe": "the recipe uses no positional encoding",
-    "pe_dim": "no positional encoding",
-    "node_encoder": "the propagation reads the raw features",
-    "num_embeddings": "the propagation reads the raw features",
-    "edge_encoder": "no edge features",
-    "pool": "a node-level model",
-}
-
-
 @register_model("grand")
 class RandomPropagation(nn.Module):
     r"""DropNode, mixed-order propagation over the producer's edge set, then an MLP (the module
@@ -227,18 +210,17 @@ class RandomPropagation(nn.Module):
         act (str): the MLP's activation.
     """
 
-    UNUSED_ARGS: ClassVar[dict[str, str]] = _NOT_USED
+    OPTIONS: ClassVar[tuple[str, ...]] = (
+        "hidden_channels", "out_channels", "num_layers", "producer", "steps", "drop_node",
+        "input_dropout", "dropout", "feature_dropout", "rescale", "norm", "act", "task",
+    )
 
     def __init__(self, hidden_channels: int, out_channels: int, num_layers: int = 2,
                  producer: Any = "input", steps: int = 8, drop_node: float = 0.5,
                  input_dropout: float = 0.5, dropout: float = 0.5, feature_dropout: float = 0.0,
                  rescale: bool = False, norm: str | None = None,
-                 act: str = "relu", task: str = "node", **unused: Any) -> None:
+                 act: str = "relu", task: str = "node") -> None:
         super().__init__()
-        check_unused_args(type(self), unused)
-        unknown = sorted(set(unused) - set(_NOT_USED) - {"attn_kwargs", "producer_kwargs", "pe_attr"})
-        if unknown:
-            raise TypeError(f"{type(self).__name__} got unexpected arguments {unknown}")
         if task != "node":
             raise ValueError(f"{type(self).__name__} is a node-level model; got task={task!r}")
         check_positive_int("hidden_channels", hidden_channels)

@@ -18,15 +18,9 @@ from torch_geometric.utils import scatter, softmax
 from graphattn.core.attention import EdgeAttention
 from graphattn.core.edgeset import EdgeSet
 from graphattn.core.signals import TrainingSignals
+from graphattn.nn.base import POOLS, GraphModel, check_mapping, check_model_args, check_task_and_pool
 from graphattn.nn.blocks import activation
 from graphattn.nn.dropout import Dropout
-from graphattn.nn.model import (
-    POOLS,
-    GraphTransformer,
-    check_model_args,
-    check_unused_args,
-    graph_count,
-)
 from graphattn.nn.registry import register_model
 from graphattn.producers.base import check_positive_int, check_rate
 from graphattn.producers.registry import build_producer
@@ -166,7 +160,7 @@ def _samsa_specs(producer: Any, num_layers: int, producer_kwargs: Mapping[str, A
 
 
 @register_model("samsa")
-class SAMSATransformer(GraphTransformer):
+class SAMSATransformer(GraphModel):
     r"""The SAMSA model: encoders, :math:`L` :class:`SAMSABlock` s sharing one residual scalar
     :math:`\alpha` (initialised to 0, so the stack is the identity at initialisation and only
     :math:`\alpha`, the encoders and the head learn in the first step), then a read-out and head.
@@ -176,50 +170,54 @@ class SAMSATransformer(GraphTransformer):
         h^{(\ell)} = \operatorname{SAMSABlock}_\ell(h^{(\ell-1)};\ \alpha), \qquad
         \hat y = \operatorname{MLP}\big(\operatorname{readout}_b\, h^{(L)}\big)
 
-    Takes :class:`~graphattn.GraphTransformer`'s arguments (so the runner builds it with
-    ``--model samsa``), with these meanings:
+    The encoders and the head are :class:`~graphattn.GraphTransformer`'s (the arguments below
+    without a note mean what they mean there); the block is always Pre-RMSNorm with the shared
+    residual scalar and reads no edge features, so there is no ``norm``, ``norm_first``,
+    ``residual`` or ``edge_encoder``.
 
     Args:
         producer: a SAMSA spec (``"samsa"`` or ``{"name": "samsa", "k": ..., ...}``) or a list
             with one per layer; another producer raises a :class:`ValueError`.
         conv: must be ``None`` (the paper's block is attention only; for a local conv plus a SAMSA
             global branch use :class:`~graphattn.GraphTransformer`, ``--model hybrid``).
+        heads (int): attention heads.
+        act (str): MLP activation (official: ``"gelu"``), also the head's.
         ffn_ratio (int): MLP width = ``ffn_ratio * hidden_channels`` (official: 4).
-        dropout (float): dropout in the MLPs (official ``p_dropout_model``).
-        act (str): MLP activation (official: ``"gelu"``).
-        edge_encoder, norm, norm_first, residual: not used (no branch reads edge features; the
-            block is always Pre-RMSNorm with the shared residual scalar): a value other than the
-            default raises a :class:`ValueError`.
+        ffn (bool): the MLP sub-block.
+        dropout (float): dropout in the MLPs (official ``p_dropout_model``) and the head.
+        attn_dropout (float), attn_kwargs (dict, optional): the blocks' attention's.
+        producer_kwargs (dict, optional): defaults for the producer specs.
         head_layers (int): layers of the prediction MLP after the read-out (>= 1).
         drop_path (float): stochastic depth per graph (official ``p_droppath``).
         readout (str, optional): graph read-out, overriding ``pool``: ``"attention"`` is the
             official ``REGHEAD`` pooling :math:`\sum_{v \in b} \operatorname{softmax}_{v \in b}
             (w^\top h_v)\, h_v`; else one of ``"mean"``, ``"add"``, ``"max"``, ``"cls"``.
-        Other arguments as in :class:`~graphattn.GraphTransformer`.
+        node_encoder, num_embeddings, pe, pe_attr, pe_dim, input_dropout, task, pool, head_norm:
+            as in :class:`~graphattn.GraphTransformer`.
     """
 
-    builds_own_layers = True
-    UNUSED_ARGS: ClassVar[dict[str, str]] = {
-        "edge_encoder": "no branch of the SAMSA block reads edge features",
-        "norm": "the block is always Pre-RMSNorm",
-        "norm_first": "the block is always Pre-RMSNorm",
-        "residual": "the block always adds its branches with the shared residual scalar",
-    }
+    OPTIONS: ClassVar[tuple[str, ...]] = (
+        "hidden_channels", "out_channels", "num_layers", "producer", "conv", "heads", "act",
+        "ffn_ratio", "ffn", "dropout", "attn_dropout", "attn_kwargs", "producer_kwargs",
+        "head_layers", "drop_path", "readout", "node_encoder", "num_embeddings", "pe", "pe_attr",
+        "pe_dim", "input_dropout", "task", "pool", "head_norm",
+    )
+    layers_count_graphs = True  # the blocks' drop path draws per graph
 
     def __init__(self, hidden_channels: int, out_channels: int, num_layers: int = 4,
                  producer: Any = "samsa", conv: str | None = None, *, heads: int = 8,
-                 act: str = "gelu", ffn_ratio: int = 4, head_layers: int = 1,
-                 drop_path: float = 0.0, readout: str | None = None, **kwargs: Any) -> None:
-        check_unused_args(type(self), kwargs)
-        for name in self.UNUSED_ARGS:
-            kwargs.pop(name, None)
-        attn_dropout = kwargs.pop("attn_dropout", 0.0)
-        attn_kwargs = kwargs.pop("attn_kwargs", None)
-        producer_kwargs = kwargs.pop("producer_kwargs", None)
-        ffn = kwargs.pop("ffn", True)
+                 act: str = "gelu", ffn_ratio: int = 4, ffn: bool = True, dropout: float = 0.0,
+                 attn_dropout: float = 0.0, attn_kwargs: dict[str, Any] | None = None,
+                 producer_kwargs: dict[str, Any] | None = None, head_layers: int = 1,
+                 drop_path: float = 0.0, readout: str | None = None,
+                 node_encoder: str | None = "linear", num_embeddings: int | None = None,
+                 pe: str | None = None, pe_attr: str | None = None, pe_dim: int = 16,
+                 input_dropout: float = 0.0, task: str = "graph", pool: str = "mean",
+                 head_norm: str | None = None) -> None:
         check_model_args(hidden_channels=hidden_channels, out_channels=out_channels,
                          num_layers=num_layers, heads=heads, ffn_ratio=ffn_ratio,
-                         head_layers=head_layers, attn_dropout=attn_dropout)
+                         head_layers=head_layers, pe_dim=pe_dim, num_embeddings=num_embeddings,
+                         dropout=dropout, attn_dropout=attn_dropout, input_dropout=input_dropout)
         if conv not in (None, "none"):
             raise ValueError(
                 f"the 'samsa' model has no local conv (got conv={conv!r}); pass --conv none, or use "
@@ -227,27 +225,28 @@ class SAMSATransformer(GraphTransformer):
             )
         if head_layers < 1:
             raise ValueError(f"the 'samsa' model needs head_layers >= 1, got {head_layers}")
-        readout = readout or kwargs.pop("pool", "mean")
-        kwargs.pop("pool", None)
+        readout = readout or pool
         if readout not in READOUTS:
             raise ValueError(f"'readout' must be one of {READOUTS}, got {readout!r}")
+        check_mapping("attn_kwargs", attn_kwargs)
+        check_mapping("producer_kwargs", producer_kwargs)
         specs = _samsa_specs(producer, num_layers, producer_kwargs)
-        # the encoders, positional encodings and head of GraphTransformer (which checks the rest of
-        # its arguments); the blocks are built below (builds_own_layers)
-        super().__init__(
-            hidden_channels, out_channels, num_layers=num_layers, producer=None, conv=None,
-            heads=heads, norm=None, act=act, ffn=False, edge_encoder=None,
-            pool="mean" if readout == "attention" else readout, head_layers=head_layers, **kwargs,
-        )
-        dropout = kwargs.get("dropout", 0.0)
-        self.readout = readout
+        pool = "mean" if readout == "attention" else readout
+        check_task_and_pool(task, pool)
+        super().__init__()
+        self.task, self.pool, self.readout = task, pool, readout
+        # the encoders and the head first, then the blocks (the order of the parameters)
+        self.add_encoders(hidden_channels, node_encoder=node_encoder, num_embeddings=num_embeddings,
+                          edge_encoder=None, pe=pe, pe_attr=pe_attr, pe_dim=pe_dim,
+                          input_dropout=input_dropout)
+        self.add_head(hidden_channels, out_channels, head_layers=head_layers, head_norm=head_norm,
+                      act=act, dropout=dropout, final_norm=False)
         self.layers = nn.ModuleList(
             SAMSABlock(hidden_channels, heads, spec, ffn_channels=ffn_ratio * hidden_channels if ffn
                        else 0, dropout=dropout, attn_dropout=attn_dropout, drop_path=drop_path,
                        act=act, attn_kwargs=attn_kwargs)
             for spec in specs
         )
-        self.final_norm = None
         self.residual_scale = nn.Parameter(torch.zeros(1))
         self.readout_score = Linear(hidden_channels, 1) if readout == "attention" else None
 
@@ -257,20 +256,20 @@ class SAMSATransformer(GraphTransformer):
             layer.init_projections()
         nn.init.zeros_(self.residual_scale)
 
-    def _forward(self, data: Any, generator: torch.Generator | None,
-                 signals: TrainingSignals) -> Tensor:
-        h, _, batch = self.encode_with_batch(data)
-        B = graph_count(data, batch)
+    def propagate_layers(self, h: Tensor, edge_attr: Tensor | None, batch: Tensor, data: Any, *,
+                         generator: torch.Generator | None, signals: TrainingSignals,
+                         num_graphs: int | None) -> Tensor:
         alpha = self.residual_scale.to(h.dtype)
         for layer in self.layers:
-            h = layer(h, batch, alpha, num_graphs=B, data=data, generator=generator, signals=signals)
-        if self.task == "graph":
-            h = self._read_out(h, batch, B)
-        return self.head(h)
+            h = layer(h, batch, alpha, num_graphs=num_graphs, data=data, generator=generator,
+                      signals=signals)
+        return h
 
-    def _read_out(self, h: Tensor, batch: Tensor, num_graphs: int) -> Tensor:
+    def pool_nodes(self, h: Tensor, batch: Tensor, num_graphs: int) -> Tensor:
+        """The read-out: ``"attention"`` pools each graph's nodes with softmax weights, the others
+        as :class:`~graphattn.GraphTransformer`."""
         if self.readout == "attention":
             assert self.readout_score is not None
             w = softmax(self.readout_score(h).squeeze(-1), batch, num_nodes=num_graphs)
             return scatter(w.unsqueeze(-1) * h, batch, dim=0, dim_size=num_graphs, reduce="sum")
-        return self._pool(h, batch, num_graphs, self.readout)
+        return super().pool_nodes(h, batch, num_graphs)

@@ -8,8 +8,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from graphattn.core.edgeset import EdgeSet, union_edge_sets
+from graphattn.core.edgeset import EdgeSet
 from graphattn.core.origins import origin_names
+from graphattn.core.union import union_edge_sets
 from graphattn.producers.base import EdgeProducer, ProducerContext, check_number, resolve_num_heads
 from graphattn.producers.registry import build_producer, register_producer
 

@@ -6,7 +6,8 @@ import torch
 from torch import nn
 from torch_geometric.utils import scatter
 
-from graphattn.core.edgeset import EdgeSet, derived_edge_sets
+from graphattn.core.edgeset import EdgeSet
+from graphattn.core.index import derived_edge_sets
 from graphattn.core.origins import origin_code
 from graphattn.core.structured import SharedSourceEdgeSet
 from graphattn.memory import DENSE_PAIR_BYTES, check_edges

@@ -21,7 +21,7 @@ _EXPORTS = {
     "TASKS": "graphattn.runner.tasks",
     "Task": "graphattn.runner.tasks",
     "build_task": "graphattn.runner.tasks",
-    "build_model": "graphattn.runner.train",
+    "build_model": "graphattn.runner.build",
     "run_experiment": "graphattn.runner.train",
 }
 
@@ -41,11 +41,12 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:  # pragma: no cover
+    from graphattn.runner.build import build_model
     from graphattn.runner.checkpoint import restore
     from graphattn.runner.config import DEFAULTS, TASK_DEFAULTS, resolve_config
     from graphattn.runner.metrics import accuracy, lrgb_ap, mae
     from graphattn.runner.tasks import TASKS, Task, build_task
-    from graphattn.runner.train import build_model, run_experiment
+    from graphattn.runner.train import run_experiment
 
 
 __getattr__, __dir__ = lazy_exports("graphattn.runner", globals(), _EXPORTS)

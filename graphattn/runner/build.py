@@ -4,29 +4,31 @@ checkpoint.restore`, which imports nothing from the trainer."""
 
 from __future__ import annotations
 
-import inspect
 from typing import Any
 
 import torch
+from torch import nn
 
-from graphattn.nn import GraphTransformer, get_model
+from graphattn.nn import create_model, model_options
+from graphattn.nn.registry import check_model_options
 from graphattn.runner.config import DEFAULTS, TASK_DEFAULTS, producer_names, producer_spec
 from graphattn.runner.tasks import Task, build_task
 
 
-def build_model(cfg: dict[str, Any], task: Task) -> GraphTransformer:
+def build_model(cfg: dict[str, Any], task: Task) -> nn.Module:
     """The model of an experiment: ``cfg["model"]`` from the model registry (default
     ``"hybrid"``, a :class:`~graphattn.GraphTransformer`), built from the task defaults, then the
-    config's choices, then ``cfg["model_kwargs"]``."""
+    config's choices, then ``cfg["model_kwargs"]``. Of the options the configuration sets, a model
+    is given those it takes (its ``OPTIONS``), and of the others those the user chose (not left at
+    the runner's or the task's default), which it refuses: a :class:`ValueError` naming the
+    option, where it was set and the model."""
     md = dict(task.model_defaults)
     pe = cfg["pe"] if cfg["pe"] is not None else md.pop("pe", None)
     pe = None if pe == "none" else pe  # --pe none: no encoding, whatever the task's default
     md.pop("pe", None)
     conv = cfg["conv"]
-    cls = get_model(cfg["model"])
-    # a preset that reads no edge features is not handed the task's edge encoder
-    uses_edge_attr = (md.get("edge_encoder") is not None
-                      and "edge_encoder" not in getattr(cls, "UNUSED_ARGS", {}))
+    name = cfg["model"]
+    accepted = model_options(name)
     kwargs = dict(
         hidden_channels=cfg["hidden"],
         out_channels=task.out_channels,
@@ -49,19 +51,17 @@ def build_model(cfg: dict[str, Any], task: Task) -> GraphTransformer:
         node_encoder=_node_encoder(cfg, md),
         act=cfg["act"],
         num_embeddings=md.get("num_embeddings"),
-        edge_encoder=md.get("edge_encoder") if uses_edge_attr else None,
+        edge_encoder=md.get("edge_encoder"),
         pool=md.get("pool", "mean"),
     )
-    # a preset that does not use an argument (e.g. the Converter's heads) refuses a value chosen for
-    # it; the runner's and the task's defaults are not choices: they are not passed
-    task_defaults = TASK_DEFAULTS.get(cfg["task"], {})
-    for name in getattr(cls, "UNUSED_ARGS", {}):
-        if name in DEFAULTS and cfg[name] in (DEFAULTS[name], task_defaults.get(name, DEFAULTS[name])):
-            kwargs.pop(name, None)
-    if ("node_encoder" in kwargs and kwargs["node_encoder"] is None
-            and not getattr(cls, "builds_own_layers", False)
-            and "in_channels" in inspect.signature(cls).parameters
-            and "in_channels" not in (cfg.get("model_kwargs") or {})
+    # an option the model does not take (e.g. the Converter's heads) is passed only where the user
+    # chose it, to be refused; the runner's and the task's defaults, and what the task gives
+    # (its edge encoder, read-out, ...), are not choices
+    for arg in [a for a in kwargs if a not in accepted and not _user_chose(cfg, a)]:
+        del kwargs[arg]
+    model_kwargs = dict(cfg.get("model_kwargs") or {})
+    if (kwargs.get("node_encoder", "") is None and "in_channels" in accepted
+            and "in_channels" not in model_kwargs
             and not all(getattr(c, "lazy_channels", True) for c in _producer_classes(kwargs["producer"]))):
         # the first layer reads the raw features and its producer cannot size itself lazily
         # (SAMSA, the Converter): it is given the features' width (other models keep their lazy
@@ -69,10 +69,32 @@ def build_model(cfg: dict[str, Any], task: Task) -> GraphTransformer:
         width = _float_feature_width(task)
         if width is not None:
             kwargs["in_channels"] = width
+    where = {**{a: f"set by --{'/--'.join(k.replace('_', '-') for k in _CONFIG_KEYS[a])}"
+                for a in kwargs if a in _CONFIG_KEYS},
+             **{k: "in --model-kwargs" for k in model_kwargs}}
+    check_model_options(name, {**kwargs, **model_kwargs}, where)
     try:
-        return cls(**kwargs, **dict(cfg.get("model_kwargs") or {}))
+        return create_model(name, **kwargs, **model_kwargs)
     except ValueError as exc:
         raise ValueError(f"{exc}{_where_set(str(exc), cfg)}") from None
+
+
+#: the config keys that set each model argument the runner passes (the others come from the task)
+_CONFIG_KEYS: dict[str, tuple[str, ...]] = {
+    "hidden_channels": ("hidden",), "num_layers": ("layers",),
+    "producer": ("producer", "producer_kwargs"),
+    **{k: (k,) for k in ("conv", "heads", "dropout", "attn_dropout", "input_dropout", "norm",
+                         "norm_first", "ffn_ratio", "residual", "ffn", "head_layers", "pe",
+                         "pe_dim", "node_encoder", "act")},
+}
+
+
+def _user_chose(cfg: dict[str, Any], arg: str) -> bool:
+    """Whether the configuration's value of model argument ``arg`` is the user's choice: a config
+    key setting it differs from the runner's default and the task's."""
+    task_defaults = TASK_DEFAULTS.get(cfg["task"], {})
+    return any(cfg[k] not in (DEFAULTS[k], task_defaults.get(k, DEFAULTS[k]))
+               for k in _CONFIG_KEYS.get(arg, ()))
 
 
 #: model arguments whose command-line option has another name than ``--<argument>``

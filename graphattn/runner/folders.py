@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from graphattn.nn import get_model
+from graphattn.nn import model_options
 from graphattn.runner.config import DEFAULTS, producer_spec
 
 #: config keys that say how to run, not what is computed (they may differ when a run is continued)
@@ -29,7 +29,7 @@ def summarise(results: list[dict[str, Any]], cfg: dict[str, Any]) -> dict[str, A
     vals = [r["val"] for r in results]
     tests = [r["test"] for r in results]
     # a model without an attention branch (the GCN / GAT anchors) has no producer to name
-    uses_producer = "producer" not in getattr(get_model(cfg["model"]), "UNUSED_ARGS", {})
+    uses_producer = "producer" in model_options(cfg["model"])
     summary = {
         "task": cfg["task"], "model": cfg["model"],
         "producer": producer_spec(cfg) if uses_producer else None,

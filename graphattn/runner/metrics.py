@@ -1,10 +1,18 @@
-"""Benchmark metrics, computed as the benchmarks' official evaluators do."""
+"""Benchmark metrics, computed as the benchmarks' official evaluators do, and a task's training
+loss and metric."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
+import torch
+import torch.nn.functional as F
 from sklearn.metrics import average_precision_score
 from torch import Tensor
+
+if TYPE_CHECKING:
+    from graphattn.runner.tasks import Task
 
 
 def accuracy(logits: Tensor, y: Tensor) -> float:
@@ -40,3 +48,26 @@ def mae(pred: Tensor, target: Tensor) -> float:
 
 
 METRICS = {"accuracy": (accuracy, True), "ap": (lrgb_ap, True), "mae": (mae, False)}
+
+
+def task_loss(task: Task, out: Tensor, y: Tensor) -> Tensor:
+    """The training loss of ``task``: cross-entropy, binary cross-entropy over the labelled
+    (non-NaN) entries, or the mean absolute error."""
+    if task.loss == "ce":
+        return F.cross_entropy(out, y.view(-1))
+    if task.loss == "bce":
+        ok = y == y
+        loss = F.binary_cross_entropy_with_logits(out, torch.where(ok, y, torch.zeros_like(y)),
+                                                  reduction="none")
+        return (loss * ok).sum() / ok.sum().clamp_min(1)
+    return (out - y).abs().mean()
+
+
+def task_metric(task: Task, out: Tensor, y: Tensor) -> float:
+    """The metric of ``task`` (:data:`METRICS`) of the predictions ``out`` for the targets ``y``."""
+    fn, _ = METRICS[task.metric]
+    if task.metric == "accuracy":
+        return fn(out, y)
+    if task.metric == "ap":
+        return fn(y, out)
+    return fn(out, y)

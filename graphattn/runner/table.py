@@ -21,10 +21,11 @@ import argparse
 import csv
 import io
 import json
-import re
 import statistics
 from pathlib import Path
 from typing import Any
+
+from graphattn.runner.doc_tables import find_blocks, replace_blocks
 
 COLUMNS = ("task", "model", "seeds", "test", "val", "params", "epochs", "time / seed (s)",
            "command")
@@ -130,15 +131,14 @@ def render(rows: list[dict[str, Any]], fmt: str = "markdown") -> str:
     return "\n".join(lines) + "\n"
 
 
+#: the lines around a results table in a document (``--update-docs`` rewrites what lies between)
 DOC_START = "<!-- results-table:"
 DOC_END = "<!-- /results-table -->"
-_DOC_BLOCK = re.compile(r"^(<!-- results-table:(?P<runs>[^\n]*?)-->\n)(?P<body>.*?)"
-                        r"^(<!-- /results-table -->)", re.M | re.S)
 
 
 def doc_tables(text: str) -> list[tuple[list[str], str]]:
     """``(run folders, table)`` of every results-table block in a document's ``text``."""
-    return [(m["runs"].split(), m["body"]) for m in _DOC_BLOCK.finditer(text)]
+    return [(b.args.split(), b.body) for b in find_blocks(text, DOC_START, DOC_END)]
 
 
 def table_of(runs: list[str], root: str | Path = ".") -> str:
@@ -148,10 +148,7 @@ def table_of(runs: list[str], root: str | Path = ".") -> str:
 
 def update_doc_tables(text: str, root: str | Path = ".") -> str:
     """``text`` with every results-table block rewritten from its run folders."""
-    if DOC_START not in text:
-        raise ValueError(f"no '{DOC_START} RUN_DIR ... -->' / '{DOC_END}' block to rewrite")
-    return _DOC_BLOCK.sub(lambda m: m.group(1) + table_of(m["runs"].split(), root) + m.group(4),
-                          text)
+    return replace_blocks(text, DOC_START, DOC_END, lambda b: table_of(b.args.split(), root))
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -1,5 +1,5 @@
 // graphattn: the SBM samplers' tables and draws compiled for the CPU: fastRG's inverse-CDF tables
-// and per-edge draws, the Bernoulli sampler's per-pair uniforms (graphattn/producers/sbm_sampling.py).
+// and per-edge draws, the Bernoulli sampler's per-pair uniforms (graphattn/producers/sbm/fastrg.py, sbm/bernoulli.py).
 //
 // The torch path expands every per-row value to the edges (repeat_interleave), hashes the keyed
 // uniforms with int64 arithmetic (MurmurHash3's finaliser, 32-bit products split in halves) and
@@ -207,13 +207,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> fastrg_draws(
   return {src, dst, hd};
 }
 
-// The inverse-CDF tables of one block of graphs (sbm_sampling._node_tables), one column at a time
+// The inverse-CDF tables of one block of graphs (sbm/fastrg.py: _node_tables), one column at a time
 // (the torch path makes a dozen passes over the R x Nb table): for Yt = Yf^T [R, Nb] float64 and the
 // block's graph pointer lptr [Gb + 1],
 //   mass[g, r] = sum of Yf over the nodes of g (in node order); a column without mass in g is
 //                replaced by ones there (uniform, never drawn), inv = 1 / mass (1 / n_g then)
 //   keys[r, m] = r (Gb + 1) + sum_{m' <= m} Yf[m', r] inv[g(m'), r]   (running sum over all nodes)
-//   guide[r Nb + t]: the guide table of each segment (sbm_sampling._guide)
+//   guide[r Nb + t]: the guide table of each segment (sbm/fastrg.py: _guide)
 // with the same float64 operations in the same order as the torch path.
 std::tuple<at::Tensor, at::Tensor, at::Tensor> node_tables(const at::Tensor& Yt, const at::Tensor& lptr,
                                                            bool with_guide) {

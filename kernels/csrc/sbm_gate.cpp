@@ -1,5 +1,5 @@
 // graphattn: the backward of the SBM edge gate, compiled for the CPU
-// (graphattn/producers/sbm_sampling.py::_EdgeGate).
+// (graphattn/producers/sbm/gate.py::_EdgeGate).
 //
 // sbm_gate_backward(Y [R, k], W [S, k], rows_q [E], rows_k [E], grad [E], need_y, need_w)
 //   -> (gY [R, k], gW [S, k]):

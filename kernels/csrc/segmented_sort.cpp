@@ -1,5 +1,5 @@
 // graphattn: a stable argsort of every column within every graph, compiled for the CPU (Sliceformer's
-// sorting permutations, graphattn/producers/sliceformer_ops.py).
+// sorting permutations, graphattn/producers/sliceformer/sorting.py).
 //
 // segmented_argsort(key [N, C], ptr [B + 1]) -> src [N, C] int64: for each graph g (the rows
 // ptr[g] .. ptr[g + 1] - 1) and column c, src[ptr[g] + r, c] is the row of the r-th smallest key of

@@ -1,6 +1,6 @@
 // graphattn: the first occurrence of every distinct int64 key, compiled for the CPU (the
 // de-duplication of EdgeSet.coalesce / union_edge_sets(coalesce=True) and of SBM multi-edges,
-// graphattn/edgeset.py::first_occurrences).
+// graphattn/core/index.py::first_occurrences).
 //
 // unique_first(key [E] int64) -> (pos [U], keys [U]) int64: the position of the first occurrence of
 // each distinct value of key, in increasing key order, and those values (key[pos]); pos equals

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch_geometric.data import Data
 from torch_geometric.nn import GATConv, GCNConv
 
-from graphattn.nn import MODELS, get_model
+from graphattn.nn import MODELS, create_model, get_model
 from graphattn.nn.baselines import GATAnchor, GCNAnchor
 from graphattn.runner import run_experiment
 
@@ -67,9 +67,11 @@ def test_gat_anchor_is_pygs_gat_stack():
 def test_anchors_refuse_what_they_do_not_use():
     with pytest.raises(ValueError, match="node-level"):
         GCNAnchor(hidden_channels=8, out_channels=2, task="graph")
-    with pytest.raises(ValueError, match="does not use 'producer'"):
-        GCNAnchor(hidden_channels=8, out_channels=2, producer="sbm")
+    with pytest.raises(ValueError, match=r"'gcn' model \(GCNAnchor\) does not use 'producer'"):
+        create_model("gcn", hidden_channels=8, out_channels=2, producer="sbm")
     with pytest.raises(ValueError, match="does not use 'heads'"):
+        create_model("gcn", hidden_channels=8, out_channels=2, heads=8)
+    with pytest.raises(TypeError, match="'heads'"):
         GCNAnchor(hidden_channels=8, out_channels=2, heads=8)
     with pytest.raises(ValueError, match="multiple of 'heads'"):
         GATAnchor(hidden_channels=10, out_channels=2, heads=4)

@@ -10,7 +10,7 @@ import pytest
 import tomllib
 import torch
 
-from graphattn.nn import MODELS, get_model
+from graphattn.nn import MODELS, create_model, get_model
 from graphattn.nn.converter import (
     ComplexValueAttention,
     ConverterBlock,
@@ -20,7 +20,7 @@ from graphattn.nn.converter import (
     ScaleNorm,
 )
 from graphattn.producers.converter import ConverterProducer
-from graphattn.producers.converter_ops import kernel_polynomial_loss
+from graphattn.producers.converter.kernelution import kernel_polynomial_loss
 from graphattn.runner.config import resolve_config
 from tests.helpers import make_batch
 
@@ -191,8 +191,10 @@ def test_example_config_builds_the_preset():
                                  {"residual": False}, {"ffn": False}, {"attn_dropout": 0.1},
                                  {"edge_encoder": "bond"}])
 def test_preset_refuses_arguments_it_does_not_use(arg):
-    with pytest.raises(ValueError, match=f"does not use '{next(iter(arg))}'"):
+    name = next(iter(arg))
+    with pytest.raises(ValueError, match=f"'converter' model .* does not use '{name}'"):
+        create_model("converter", hidden_channels=16, out_channels=2, **arg)
+    with pytest.raises(TypeError, match=f"'{name}'"):
         ConverterModel(16, 2, **arg)
-    # GraphTransformer's defaults are "not given"
-    ConverterModel(16, 2, heads=4, norm="layer_norm", norm_first=False, residual=True, ffn=True,
-                   attn_dropout=0.0, edge_encoder=None)
+    # an option left out is not given: the preset builds
+    create_model("converter", hidden_channels=16, out_channels=2)

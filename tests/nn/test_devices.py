@@ -15,11 +15,11 @@ import torch
 from torch_geometric.data import Batch
 
 from graphattn import EdgeSet, PermutationEdgeSet, SharedSourceEdgeSet
-from graphattn.core.edgeset import union_edge_sets
-from graphattn.nn.registry import get_model
+from graphattn.core.union import union_edge_sets
+from graphattn.nn.registry import get_model, model_options
 from graphattn.runner.choices import MODEL_NAMES, PRODUCER_NAMES
+from tests.core.test_edgeset import _MatrixOperator
 from tests.helpers import CUDA_MARKS, make_batch
-from tests.test_edgeset import _MatrixOperator
 
 HIDDEN, OUT, HEADS = 16, 3, 2
 SIZES = (6, 4, 5)
@@ -94,7 +94,7 @@ def test_every_producer_and_model_has_a_case():
     models = {c["model"] for c in CASES.values()}
     # the anchors have no producer and no edge set: tests/nn/test_baselines.py covers the citation
     # ones (PyG's layers), tests/nn/test_gcn_plus.py GCN+ on every device
-    anchors = {m for m in MODEL_NAMES if "producer" in getattr(get_model(m), "UNUSED_ARGS", {})}
+    anchors = {m for m in MODEL_NAMES if "producer" not in model_options(m)}
     assert anchors == {"gcn", "gat", "gcnplus"}
     node_models = {name.split(":")[0] for name in NODE_CASES}
     assert models == set(MODEL_NAMES) - anchors - node_models
@@ -113,7 +113,7 @@ def build(name: str) -> torch.nn.Module:
     c = CASES[name]
     torch.manual_seed(0)
     cls = get_model(c["model"])
-    heads = {} if "heads" in getattr(cls, "UNUSED_ARGS", {}) else {"heads": HEADS}
+    heads = {"heads": HEADS} if "heads" in model_options(c["model"]) else {}
     return cls(HIDDEN, OUT, num_layers=2, producer=c["producer"], **heads, **c["kwargs"])
 
 

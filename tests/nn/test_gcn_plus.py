@@ -8,7 +8,7 @@ import torch
 from torch_geometric.data import Batch, Data
 from torch_geometric.nn import global_mean_pool
 
-from graphattn.nn import MODELS
+from graphattn.nn import MODELS, create_model
 from graphattn.nn.gcn_plus import GCNPlus
 from graphattn.runner import run_experiment
 
@@ -108,9 +108,11 @@ def test_signals_are_empty():
 
 
 def test_arguments_are_checked():
-    with pytest.raises(ValueError, match="does not use 'producer'"):
-        _model(producer="sbm")
+    with pytest.raises(ValueError, match=r"'gcnplus' model .* does not use 'producer'"):
+        create_model("gcnplus", hidden_channels=24, out_channels=10, producer="sbm")
     with pytest.raises(ValueError, match="does not use 'heads'"):
+        create_model("gcnplus", hidden_channels=24, out_channels=10, heads=8)
+    with pytest.raises(TypeError, match="'heads'"):
         _model(heads=8)
     with pytest.raises(TypeError, match="unexpected"):
         _model(colour="red")

@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch_geometric.data import Batch
 
-from graphattn.nn import MODELS
+from graphattn.nn import MODELS, create_model
 from graphattn.nn.gcn_plus import GCNPlus
 from graphattn.nn.gcn_plus_attention import GCNPlusAttention
 from graphattn.producers import FullAttention
@@ -136,7 +136,9 @@ def test_arguments_are_checked():
         _model(producer=None)
     with pytest.raises(ValueError, match="'heads'"):
         _model(heads=0)
-    with pytest.raises(ValueError, match="does not use 'conv'"):
+    with pytest.raises(ValueError, match=r"'gcnplus_attention' model .* does not use 'conv'"):
+        create_model("gcnplus_attention", **ARGS, conv="gine")
+    with pytest.raises(TypeError, match="'conv'"):
         _model(conv="gine")
     with pytest.raises(TypeError, match="unexpected"):
         _model(colour="red")

@@ -81,3 +81,32 @@ def test_bad_arguments_are_named():
         LaplacianPE(4, attr_name="")
     assert repr(positional_encoding("laplacian", 4)) == \
         "LaplacianPE(k=4, attr_name='laplacian_eigenvector_pe')"
+
+
+def _laplacian_model(**kwargs):
+    from graphattn import GraphTransformer
+
+    torch.manual_seed(0)
+    return GraphTransformer(16, 3, num_layers=1, producer="input", pe="laplacian", heads=2, **kwargs)
+
+
+def test_the_eigenvectors_keep_their_canonical_signs_in_training_unless_asked():
+    """``LaplacianPE`` fixes every sign, so training reads the encoding as it is (two training-mode
+    passes agree); ``pe_sign_flip=True`` flips each eigenvector's sign at random per pass (for
+    eigenvectors of arbitrary sign), so the passes differ."""
+    data = LaplacianPE(4)(connected_graph(12))
+    data.x = torch.randn(12, 5, generator=torch.Generator().manual_seed(1))
+    plain = _laplacian_model().train()
+    assert torch.equal(plain(data), plain(data))
+    flipping = _laplacian_model(pe_sign_flip=True).train()
+    outs = [flipping(data) for _ in range(8)]
+    assert any(not torch.equal(outs[0], o) for o in outs[1:])
+    flipping.eval()
+    assert torch.equal(flipping(data), flipping(data))  # no flip in evaluation
+
+
+def test_a_sign_flip_needs_eigenvectors():
+    with pytest.raises(ValueError, match="'pe_sign_flip' flips the signs of Laplacian eigenvectors"):
+        _laplacian_model().__class__(16, 3, pe="random_walk", pe_sign_flip=True)
+    with pytest.raises(ValueError, match="'pe_sign_flip' must be true or false"):
+        _laplacian_model(pe_sign_flip="yes")

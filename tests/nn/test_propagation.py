@@ -8,7 +8,7 @@ import torch
 from torch_geometric.data import Batch, Data
 
 from graphattn.core.edgeset import EdgeSet
-from graphattn.nn import MODELS
+from graphattn.nn import MODELS, create_model
 from graphattn.nn.propagation import MixedOrderPropagation, RandomPropagation, drop_node
 from graphattn.producers.base import EdgeProducer, ProducerContext
 
@@ -197,7 +197,9 @@ def test_bad_arguments_are_refused():
         _model(drop_node=1.0)
     with pytest.raises(ValueError, match="'producer'"):
         _model(producer=None)
-    with pytest.raises(ValueError, match="does not use 'heads'"):
+    with pytest.raises(ValueError, match=r"'grand' model .* does not use 'heads'"):
+        create_model("grand", hidden_channels=8, out_channels=3, heads=3)
+    with pytest.raises(TypeError, match="'heads'"):
         _model(heads=3)
     with pytest.raises(ValueError, match="virtual sources"):
         _model(producer=_Virtual())(_graph())

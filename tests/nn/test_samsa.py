@@ -7,12 +7,12 @@ import pytest
 import torch
 from torch_geometric.utils import softmax
 
-from graphattn.nn import GraphTransformer, get_model
+from graphattn.nn import GraphModel, create_model, get_model
 from graphattn.nn.samsa import SAMSABlock, SAMSATransformer, drop_path
 from graphattn.producers.samsa import SAMSA
+from graphattn.runner.build import build_model
 from graphattn.runner.config import resolve_config
 from graphattn.runner.tasks import Task
-from graphattn.runner.train import build_model
 from tests.helpers import make_batch
 
 F_IN = 8
@@ -31,7 +31,7 @@ def batch(dtype=torch.float32):
 
 def test_registered():
     assert get_model("samsa") is SAMSATransformer
-    assert issubclass(SAMSATransformer, GraphTransformer)
+    assert issubclass(SAMSATransformer, GraphModel)  # GraphTransformer's encoders and head
 
 
 def test_t17_zero_initialised_shared_scalar_makes_the_stack_the_identity():
@@ -182,7 +182,10 @@ def test_runner_builds_the_preset():
 @pytest.mark.parametrize("arg", [{"norm": "batch_norm"},
                                  {"residual": False}, {"edge_encoder": "bond"}])
 def test_preset_refuses_arguments_it_does_not_use(arg):
-    with pytest.raises(ValueError, match=f"does not use '{next(iter(arg))}'"):
+    name = next(iter(arg))
+    with pytest.raises(ValueError, match=f"'samsa' model .* does not use '{name}'"):
+        create_model("samsa", hidden_channels=16, out_channels=2, **arg)
+    with pytest.raises(TypeError, match=f"'{name}'"):
         SAMSATransformer(16, 2, **arg)
-    # GraphTransformer's defaults are "not given"
-    SAMSATransformer(16, 2, norm="layer_norm", norm_first=False, residual=True, edge_encoder=None)
+    # an option left out is not given: the preset builds
+    create_model("samsa", hidden_channels=16, out_channels=2)

@@ -24,17 +24,19 @@ from torch.autograd import gradcheck
 from graphattn import EdgeAttention, HybridLayer, origin_code
 from graphattn.producers import build_producer
 from graphattn.producers.converter import ConverterProducer
-from graphattn.producers.converter_operator import UnitaryChainOperator
-from graphattn.producers.converter_ops import (
-    KERNELS,
-    chebyshev_phase,
+from graphattn.producers.converter.chain import (
     dense_givens_chain,
-    gibbs_damping,
     givens,
     givens_matrix,
     identity_rotations,
-    kernel_polynomial_loss,
     stride_permutation,
+)
+from graphattn.producers.converter.chain_operator import UnitaryChainOperator
+from graphattn.producers.converter.kernelution import (
+    KERNELS,
+    chebyshev_phase,
+    gibbs_damping,
+    kernel_polynomial_loss,
 )
 from tests.helpers import make_batch
 

@@ -15,8 +15,17 @@ from graphattn import EdgeAttention, origin_code
 from graphattn.core.policy import ReinforceBaseline, reinforce_loss
 from graphattn.nn import GraphTransformer
 from graphattn.producers import build_producer
-from graphattn.producers.sac import SAC
-from graphattn.producers.sac_distances import HopDistances, predicted_so_far_buckets, sequence_buckets
+from graphattn.producers.sac import (
+    SAC,
+    SACCandidateConfig,
+    SACDecodeConfig,
+    SACDistanceConfig,
+    SACMemoryConfig,
+    SACOutputConfig,
+    SACPolicyConfig,
+    SACTrainingConfig,
+)
+from graphattn.producers.sac.distances import HopDistances, predicted_so_far_buckets, sequence_buckets
 from tests.helpers import dense_reference, make_batch
 
 HEADS = 2
@@ -681,6 +690,61 @@ def test_registry_repr_and_validation():
     for kw, word in bad:
         with pytest.raises(ValueError, match=word):
             SAC(**kw)
+
+
+FLAT = {"alpha": 2, "policy": "parallel", "embed_dim": 8, "distance": "sequence", "max_distance": 2,
+        "no_repeat": False, "head_adaptive": True, "decode": "sample", "seed": 3, "undirected": True,
+        "self_loops": True, "warm_start": 4, "share_structure": False, "chunk_size": 4096,
+        "entropy_weight": 0.5}
+
+
+def test_grouped_options_build_the_same_producer_as_flat_ones():
+    """The option groups (dataclasses or mappings of their fields) and the flat keywords build the
+    same producer: the same repr, parameters drawn in the same order, the same options; ``config``
+    gives the groups back."""
+    torch.manual_seed(0)
+    flat = SAC(channels=6, heads=HEADS, **FLAT)
+    torch.manual_seed(0)
+    grouped = SAC(2, channels=6, heads=HEADS,
+                  policy_config=SACPolicyConfig(policy="parallel", embed_dim=8, entropy_weight=0.5),
+                  candidate_config=SACCandidateConfig(no_repeat=False, head_adaptive=True),
+                  distance_config={"distance": "sequence", "max_distance": 2},
+                  decode_config=SACDecodeConfig(decode="sample", seed=3),
+                  output_config=SACOutputConfig(undirected=True, self_loops=True),
+                  training_config=SACTrainingConfig(share_structure=False, warm_start=4),
+                  memory_config=SACMemoryConfig(chunk_size=4096))
+    torch.manual_seed(0)
+    mixed = SAC(channels=6, heads=HEADS, decode_config=SACDecodeConfig(decode="sample", seed=3),
+                **{k: v for k, v in FLAT.items() if k not in ("decode", "seed")})
+    torch.manual_seed(0)
+    again = SAC(flat.alpha, channels=6, heads=HEADS, **flat.config)
+    for other in (grouped, mixed, again):
+        assert repr(other) == repr(flat)
+        assert other.config == flat.config
+        a, b = flat.state_dict(), other.state_dict()
+        assert list(a) == list(b) and all(torch.equal(a[k], b[k]) for k in a)
+    assert flat.config["policy_config"] == SACPolicyConfig("parallel", 8, 8, False, 0.5)
+    assert flat.config["distance_config"] == SACDistanceConfig("sequence", 2)
+    assert flat.config["candidate_config"].all_nodes  # the parallel policy: every node an origin
+
+
+def test_options_are_checked_in_either_form():
+    with pytest.raises(ValueError, match="both"):
+        SAC(policy="parallel", policy_config=SACPolicyConfig())
+    with pytest.raises(ValueError, match="decode"):
+        SAC(decode_config=SACDecodeConfig(decode="x"))
+    with pytest.raises(TypeError, match="polcy"):
+        SAC(polcy="lstm")
+    with pytest.raises(TypeError, match="SACPolicyConfig"):
+        SAC(policy_config=SACDecodeConfig())
+    with pytest.raises(TypeError):
+        SAC(policy_config={"nope": 1})
+    # build_producer checks keywords against the advertised signature: every flat option and group
+    with pytest.raises(ValueError, match="does not take"):
+        build_producer({"name": "sac", "polcy": "lstm"})
+    p = build_producer({"name": "sac", "alpha": 1, "beam_size": 3, "memory_config": {"max_dense": 1 << 20}},
+                       channels=8, heads=2, num_heads=2)
+    assert p.beam_size == 3 and p.max_dense == 1 << 20 and p.heads == 2
 
 
 def test_stats_report_the_structure():

@@ -20,7 +20,7 @@ from graphattn.nn import HybridLayer
 from graphattn.producers import FullAttention, build_producer
 from graphattn.producers.base import ProducerContext
 from graphattn.producers.samsa import SAMSA, ImportanceScore, RMSNorm
-from graphattn.producers.samsa_ops import gumbel_noise, hard_slots, soft_slots
+from graphattn.producers.samsa.sampling import gumbel_noise, hard_slots, soft_slots
 from tests.helpers import make_batch
 
 F_IN, H, C = 6, 2, 3

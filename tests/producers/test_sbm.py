@@ -1,5 +1,5 @@
-"""Tests of the SBM-Transformer producer (graphattn/producers/sbm.py) and its samplers
-(graphattn/producers/sbm_sampling.py).
+"""Tests of the SBM-Transformer producer (graphattn/producers/sbm/producer.py) and its samplers
+(graphattn/producers/sbm/: model, fastrg, bernoulli, edges, gate).
 
 Statistical tests use fixed seeds (so they are deterministic); each states the false-alarm rate it
 would have under fresh randomness. Many independent samples are drawn at once as many identical
@@ -22,19 +22,12 @@ from graphattn.core.edgeset import EdgeSet
 from graphattn.nn.model import GraphTransformer
 from graphattn.producers import build_producer
 from graphattn.producers.sbm import SBMEdges
-from graphattn.producers.sbm_sampling import (
-    EXPLORATION,
-    SampledEdges,
-    bernoulli_sample,
-    block_matrix,
-    dedupe,
-    edge_gate,
-    edge_probability,
-    expected_num_edges,
-    fastrg_sample,
-    key_projection,
-)
-from graphattn.runner.train import _density
+from graphattn.producers.sbm.bernoulli import bernoulli_sample
+from graphattn.producers.sbm.edges import EXPLORATION, SampledEdges, dedupe
+from graphattn.producers.sbm.fastrg import fastrg_sample
+from graphattn.producers.sbm.gate import edge_gate, edge_probability
+from graphattn.producers.sbm.model import block_matrix, expected_num_edges, key_projection
+from graphattn.runner.trainer import _density
 from tests.helpers import dense_reference, make_batch
 
 f64 = torch.float64
@@ -206,11 +199,11 @@ RAGGED = [7, 0, 1, 12, 30, 5, 19]
 
 
 def _native_ops_or_skip():
-    from graphattn.producers import sbm_sampling
+    from graphattn.producers.sbm import native
 
-    if sbm_sampling._native_sampler_ops(torch.zeros(1)) is None:
+    if native.sampler_ops(torch.zeros(1)) is None:
         pytest.skip("the CPU extension is unavailable")
-    return sbm_sampling
+    return native
 
 
 def _ragged_sbm(seed, H, k, dtype, b_scale=1.0):
@@ -224,13 +217,13 @@ def _ragged_sbm(seed, H, k, dtype, b_scale=1.0):
     return Y, B, Z
 
 
-def _assert_same_draws(draw, sbm_sampling, monkeypatch, least_edges):
+def _assert_same_draws(draw, native_module, monkeypatch, least_edges):
     """``draw()`` with the compiled loops and with the torch path: the same edges in the same order
     and the same expected counts. Every float operation on the way (products, sequential sums,
     ``ceil``, comparisons) is a correctly rounded IEEE operation in both, none contracted or
     reordered, so the integer edges agree exactly on any x86-64 CPU."""
     native, expected_native = draw()
-    monkeypatch.setattr(sbm_sampling, "NATIVE_SAMPLERS", False)
+    monkeypatch.setattr(native_module, "NATIVE_SAMPLERS", False)
     reference, expected_ref = draw()
     assert native.num_edges > least_edges
     for name in ("query", "key", "head", "kind"):
@@ -249,11 +242,11 @@ def test_compiled_fastrg_draws_equal_the_torch_path(options, dtype, monkeypatch)
     """The compiled fastRG (``sbm_node_tables``, ``sbm_fastrg_draws``) gives exactly the torch
     path's edges, in the same order: with and without guide tables, over several graph blocks and
     edge chunks (rows split across chunks), ragged graphs, exploration draws on top."""
-    sbm_sampling = _native_ops_or_skip()
+    native_module = _native_ops_or_skip()
     Y, B, Z = _ragged_sbm(11, 3, 4, dtype, b_scale=4.0)
     _assert_same_draws(lambda: fastrg_sample(Y, B, Z, ptr_of(RAGGED), delta=0.01,
                                              generator=torch.Generator().manual_seed(5), **options),
-                       sbm_sampling, monkeypatch, least_edges=100)
+                       native_module, monkeypatch, least_edges=100)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, f64])
@@ -262,25 +255,27 @@ def test_compiled_bernoulli_hits_equal_the_torch_path(dtype, max_elements, monke
     """The compiled per-pair loop (``sbm_bernoulli_hits``) gives exactly the torch path's edges:
     the same keyed uniforms, compared with the same probabilities in float64, over ragged graphs
     (padding), several heads, blocks of query rows and exploration ``delta``."""
-    sbm_sampling = _native_ops_or_skip()
+    native_module = _native_ops_or_skip()
     Y, B, Z = _ragged_sbm(12, 2, 3, dtype)
     _assert_same_draws(lambda: bernoulli_sample(Y, B, Z, ptr_of(RAGGED), delta=0.01,
                                                 max_elements=max_elements,
                                                 generator=torch.Generator().manual_seed(6)),
-                       sbm_sampling, monkeypatch, least_edges=50)
+                       native_module, monkeypatch, least_edges=50)
 
 
 @pytest.mark.parametrize("with_guide", [False, True])
 def test_compiled_node_tables_equal_the_torch_path(with_guide, monkeypatch):
     """The compiled inverse-CDF tables (``sbm_node_tables``): keys, guide and graph bases equal the
     torch path's exactly (ragged graphs, an empty one, a column without mass in a graph)."""
-    sbm_sampling = _native_ops_or_skip()
+    from graphattn.producers.sbm import fastrg, model
+
+    native_module = _native_ops_or_skip()
     Y, _, _ = _ragged_sbm(13, 3, 4, torch.float32)
     lptr = ptr_of(RAGGED)
-    batch = sbm_sampling.graph_of_nodes(lptr)
-    native = sbm_sampling._node_tables(Y, lptr, batch, with_guide)
-    monkeypatch.setattr(sbm_sampling, "NATIVE_SAMPLERS", False)
-    reference = sbm_sampling._node_tables(Y, lptr, batch, with_guide)
+    batch = model.graph_of_nodes(lptr)
+    native = fastrg._node_tables(Y, lptr, batch, with_guide)
+    monkeypatch.setattr(native_module, "NATIVE_SAMPLERS", False)
+    reference = fastrg._node_tables(Y, lptr, batch, with_guide)
     for a, b, name in zip(native, reference, native._fields, strict=True):
         assert (a is None) == (b is None), name
         if a is not None:
@@ -524,9 +519,9 @@ def test_edge_gate_backward_gradcheck(native, monkeypatch):
     """The gate's chunked backward is the gradient of p_e = Y_r · W_s (gradcheck with the value
     forward, no clip), and the straight-through forward is 1 with the same, clipped, backward:
     the compiled backward (``sbm_gate_backward``) and the sparse products of the torch path."""
-    from graphattn.producers import sbm_sampling
+    from graphattn.producers.sbm import native as native_module
 
-    monkeypatch.setattr(sbm_sampling, "NATIVE_SAMPLERS", native)
+    monkeypatch.setattr(native_module, "NATIVE_SAMPLERS", native)
     g = torch.Generator().manual_seed(0)
     Y = torch.rand(5, 2, 3, dtype=f64, generator=g, requires_grad=True)
     W = torch.rand(5, 2, 3, dtype=f64, generator=g, requires_grad=True)
@@ -789,7 +784,7 @@ def test_compiled_gate_backward_equals_the_sparse_products(dtype, need, monkeypa
     """``sbm_gate_backward`` against the torch path's two ``torch.sparse.mm`` products, on edges with
     repeats and rows without edges: float64 to rounding, float32 to its precision (the sums run in
     another order); an input that needs no gradient gets none."""
-    sbm_sampling = _native_ops_or_skip()
+    native_module = _native_ops_or_skip()
     g = torch.Generator().manual_seed(3)
     N, H, k, E = 40, 3, 16, 2000
     Y0 = torch.randn(N, H, k, generator=g, dtype=dtype)
@@ -805,7 +800,7 @@ def test_compiled_gate_backward_equals_the_sparse_products(dtype, need, monkeypa
         return Y.grad, W.grad
 
     native = grads()
-    monkeypatch.setattr(sbm_sampling, "NATIVE_SAMPLERS", False)
+    monkeypatch.setattr(native_module, "NATIVE_SAMPLERS", False)
     reference = grads()
     tol = {"rtol": 1e-12, "atol": 1e-12} if dtype == f64 else {"rtol": 1e-5, "atol": 1e-5}
     for a, b, needed in zip(native, reference, need, strict=True):
@@ -818,7 +813,7 @@ def test_compiled_gate_backward_equals_the_sparse_products(dtype, need, monkeypa
 def test_compiled_fastrg_draws_equal_the_torch_path_over_many_blocks(monkeypatch):
     """Enough edges (about 40k) that the compiled draws run in several blocks of edges, pieces of
     rows crossing block boundaries: still exactly the torch path's edges, in the same order."""
-    sbm_sampling = _native_ops_or_skip()
+    native_module = _native_ops_or_skip()
     g = torch.Generator().manual_seed(9)
     sizes, H, k = [150, 3, 120], 2, 3
     N = sum(sizes)
@@ -827,13 +822,13 @@ def test_compiled_fastrg_draws_equal_the_torch_path_over_many_blocks(monkeypatch
     B = torch.rand(H, k, k, generator=g, dtype=f64) * 3.0
     _assert_same_draws(lambda: fastrg_sample(Y, B, Z, ptr_of(sizes), delta=0.02, chunk_size=30000,
                                              generator=torch.Generator().manual_seed(2)),
-                       sbm_sampling, monkeypatch, least_edges=35000)
+                       native_module, monkeypatch, least_edges=35000)
 
 
 def test_compiled_dedupe_equals_the_torch_path(monkeypatch):
     """De-duplication through the compiled radix sort (the indices decoded from the sorted keys)
     keeps the same edges, in the same order, with the same kinds, as torch's stable argsort."""
-    from graphattn.core import edgeset
+    from graphattn.core import index
 
     _native_ops_or_skip()
     g = torch.Generator().manual_seed(4)
@@ -842,9 +837,9 @@ def test_compiled_dedupe_equals_the_torch_path(monkeypatch):
     B = torch.rand(H, k, k, generator=g, dtype=f64) * 4.0
     edges, _ = fastrg_sample(Y, B, Y, ptr_of(sizes), delta=0.5,
                              generator=torch.Generator().manual_seed(1))
-    assert edges.num_edges > 4 * edgeset.NATIVE_UNIQUE_MIN
+    assert edges.num_edges > 4 * index.NATIVE_UNIQUE_MIN
     native = dedupe(edges, sum(sizes), H)
-    monkeypatch.setattr(edgeset, "NATIVE_UNIQUE_MIN", None)
+    monkeypatch.setattr(index, "NATIVE_UNIQUE_MIN", None)
     reference = dedupe(edges, sum(sizes), H)
     assert native.num_edges < edges.num_edges and (native.kind == EXPLORATION).any()
     for name in ("query", "key", "head", "kind"):

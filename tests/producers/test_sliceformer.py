@@ -17,7 +17,9 @@ from hypothesis import strategies as st
 from graphattn import EdgeAttention, GraphTransformer, HybridLayer, PermutationEdgeSet, origin_code
 from graphattn.producers import build_producer
 from graphattn.producers.sliceformer import SliceSortEdges
-from graphattn.producers.sliceformer_ops import interleave_descending, max_exchange_src, slice_sort_src
+from graphattn.producers.sliceformer.interleave import interleave_descending
+from graphattn.producers.sliceformer.max_exchange import max_exchange_src
+from graphattn.producers.sliceformer.sorting import slice_sort_src
 from tests.helpers import make_batch
 
 SIZES = [5, 1, 7, 3]  # S1's batch
@@ -175,7 +177,7 @@ def test_compiled_sort_equals_torch_sort_on_long_graphs_with_ties(dtype):
     +inf, in node order; the producer never sorts NaN, the op's order is still torch's)."""
     if not _compiled_sort_available():
         pytest.skip("the CPU extension is unavailable")
-    from graphattn.producers.sliceformer_ops import sort_src
+    from graphattn.producers.sliceformer.sorting import sort_src
 
     g = torch.Generator().manual_seed(3)
     for sizes in ([4096], [95, 96, 97, 0, 1, 700, 2, 383, 384]):
@@ -219,14 +221,14 @@ def test_compiled_sort_arguments():
 
 def test_torch_paths_without_the_compiled_sort(monkeypatch):
     """With the compiled sort switched off, ``"auto"`` (torch's sorts) gives the same ``src``."""
-    from graphattn.producers import sliceformer_ops
+    from graphattn.producers.sliceformer import sorting
 
     g = torch.Generator().manual_seed(5)
     batch = batch_vector([40, 3, 200, 0, 9])
     values = torch.randn(batch.numel(), 3, generator=g).round()
     desc = torch.tensor([True, False, True])
     expected = oracle_src(values, batch, desc)
-    monkeypatch.setattr(sliceformer_ops, "NATIVE_SORT", False)
+    monkeypatch.setattr(sorting, "NATIVE_SORT", False)
     assert torch.equal(slice_sort_src(values, batch, desc), expected)
     assert torch.equal(slice_sort_src(values[:40], None, desc), oracle_src(
         values[:40], torch.zeros(40, dtype=torch.long), desc))

@@ -174,7 +174,7 @@ def test_time_budget_is_checked_after_every_step(mirror, tmp_path):
 
 def test_far_over_budget_runs_say_so(mirror, capsys):
     from graphattn.runner.tasks import build_task
-    from graphattn.runner.train import Trainer
+    from graphattn.runner.trainer import Trainer
 
     cfg = resolve_config({"task": "mutag", "layers": 1, "hidden": 8, "heads": 2, "epochs": 300,
                           "progress": False})
@@ -189,7 +189,8 @@ def test_far_over_budget_runs_say_so(mirror, capsys):
 
 
 def test_the_estimate_is_made_once_early_in_the_first_epoch(mirror, monkeypatch):
-    from graphattn.runner.train import Trainer, run_experiment
+    from graphattn.runner.train import run_experiment
+    from graphattn.runner.trainer import Trainer
 
     calls = []
     monkeypatch.setattr(Trainer, "_announce", lambda self, epoch_s, budget: calls.append(epoch_s))

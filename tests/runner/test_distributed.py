@@ -18,7 +18,7 @@ from torch.utils.data import BatchSampler, RandomSampler
 from graphattn.runner import distributed as D
 from graphattn.runner.config import resolve_config
 from graphattn.runner.tasks import build_task
-from graphattn.runner.train import Trainer
+from graphattn.runner.trainer import Trainer
 
 # a linear head: a batch norm in the head normalises over each process's share of the batch (as
 # DistributedDataParallel does without SyncBatchNorm), so only a batch-independent model gives the

@@ -8,7 +8,7 @@ import torch
 
 from graphattn.runner import resolve_config, run_experiment
 from graphattn.runner.tasks import build_task
-from graphattn.runner.train import Trainer
+from graphattn.runner.trainer import Trainer
 
 pytest.importorskip("torch_sparse")  # PyG's NeighborLoader samples with torch-sparse or pyg-lib
 

@@ -19,7 +19,7 @@ from graphattn import EdgeSet
 from graphattn.__main__ import main as cli_main
 from graphattn.producers import EdgeProducer, register_producer
 from graphattn.runner import resolve_config, restore, run_experiment
-from graphattn.runner.train import Trainer
+from graphattn.runner.trainer import Trainer
 
 SMALL = {"task": "mutag", "layers": 2, "hidden": 16, "heads": 2, "epochs": 3, "batch_size": 32,
          "progress": False}
@@ -358,7 +358,7 @@ def test_consistency_samples_add_the_consistency_loss(mirror):
     the passes (recomputed here from the same random draws)."""
     from graphattn.consistency import consistency_loss
     from graphattn.runner import build_task
-    from graphattn.runner.train import task_loss
+    from graphattn.runner.metrics import task_loss
 
     task = build_task("cora")
     cfg = resolve_config({"task": "cora", "model": "grand", "hidden": 8, "input_dropout": 0.0,

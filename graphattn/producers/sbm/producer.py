@@ -2,7 +2,10 @@ r"""SBM-Transformer (Cho et al., NeurIPS 2022): per-head attention graphs sample
 mixed-membership stochastic block model whose memberships are computed from the layer's queries and
 keys; a straight-through gate carries the task gradient back to the model.
 
-The sampler functions live in :mod:`graphattn.producers.sbm_sampling`.
+The model (memberships, block matrix) is :mod:`graphattn.producers.sbm.model`, the samplers
+:mod:`~graphattn.producers.sbm.fastrg` and :mod:`~graphattn.producers.sbm.bernoulli`, the drawn edges
+(de-duplication, self-loops) :mod:`~graphattn.producers.sbm.edges` and the straight-through gate
+:mod:`~graphattn.producers.sbm.gate`.
 """
 
 from __future__ import annotations
@@ -14,7 +17,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from graphattn.core.edgeset import EdgeSet, sort_rows
+from graphattn.core.edgeset import EdgeSet
+from graphattn.core.index import sort_rows
 from graphattn.core.origins import origin_code
 from graphattn.memory import check_edges, within_budget
 from graphattn.producers.base import (
@@ -26,19 +30,11 @@ from graphattn.producers.base import (
 )
 from graphattn.producers.keyed_random import KeyedRandom
 from graphattn.producers.registry import register_producer
-from graphattn.producers.sbm_sampling import (
-    SELF_LOOP,
-    SampledEdges,
-    add_self_loops,
-    bernoulli_sample,
-    block_matrix,
-    dedupe,
-    edge_gate,
-    fastrg_sample,
-    graph_sizes,
-    key_projection,
-    memberships,
-)
+from graphattn.producers.sbm.bernoulli import bernoulli_sample
+from graphattn.producers.sbm.edges import SELF_LOOP, SampledEdges, add_self_loops, dedupe
+from graphattn.producers.sbm.fastrg import fastrg_sample
+from graphattn.producers.sbm.gate import edge_gate
+from graphattn.producers.sbm.model import block_matrix, graph_sizes, key_projection, memberships
 
 SAMPLERS = ("fastrg", "bernoulli")
 STES = ("logit_bias", "logit_scale")
@@ -252,7 +248,7 @@ class SBMEdges(EdgeProducer):
              generator: torch.Generator | KeyedRandom | None,
              check_memory: Callable[[float], None] | None = None) -> tuple[SampledEdges, Tensor]:
         """The sampling step on graph-sorted nodes: ``(edges, expected [G, H])`` (see
-        :func:`~graphattn.producers.sbm_sampling.fastrg_sample` / ``bernoulli_sample``)."""
+        :func:`~graphattn.producers.sbm.fastrg.fastrg_sample` / ``bernoulli_sample``)."""
         if self.sampler == "fastrg":
             return fastrg_sample(Y, S, Z, ptr, delta=delta, generator=generator,
                                  chunk_size=self.chunk_size, check_memory=check_memory)

@@ -1,7 +1,7 @@
 r"""SAC (Sparse Adaptive Connection; Li et al., NeurIPS 2020): attention edges predicted by an LSTM
 trained with REINFORCE.
 
-The predictor (:class:`~graphattn.producers.sac_decoder.LSTMEdgeDecoder`) emits, per graph, a sequence
+The predictor (:class:`~graphattn.producers.sac.lstm.LSTMEdgeDecoder`) emits, per graph, a sequence
 of ``2 · budget`` node ids alternating origin and destination; edge :math:`k` is
 :math:`(y_{2k-1}, y_{2k})`, the origin being the query (PyG target, ``edge_index[1]``) and the
 destination the key/value source (``edge_index[0]``). The layer attends over the predicted edges; the
@@ -13,10 +13,14 @@ edges carry no weight and no gradient. The predictor learns only from the policy
 which the runner forms from the EdgeSet's ``log_prob`` / ``log_prob_graph`` and a per-graph reward
 :math:`R` (log-likelihood of the correct output), see :mod:`graphattn.core.policy`.
 
-Every choice the paper leaves open is an argument here; ``docs/sac.md`` lists them. The algorithm
-(layout, run paths, assembly, teacher forcing) lives in :mod:`graphattn.producers.sac_ops`, the
-predictors in :mod:`~graphattn.producers.sac_decoder` (LSTM) and :mod:`~graphattn.producers.sac_policy`
-(parallel), the distance encodings in :mod:`~graphattn.producers.sac_distances`.
+Every choice the paper leaves open is an argument here (flat, or grouped in the dataclasses of
+:mod:`~graphattn.producers.sac.config`); ``docs/sac.md`` lists them. The algorithm lives beside the
+producer: the layout (:mod:`~graphattn.producers.sac.layout`), the candidate sets
+(:mod:`~graphattn.producers.sac.candidates`) and distance encodings
+(:mod:`~graphattn.producers.sac.distances`), the run paths (:mod:`~graphattn.producers.sac.paths`), the
+predictors (:mod:`~graphattn.producers.sac.lstm` with its rollout and beam search, and
+:mod:`~graphattn.producers.sac.parallel`), the assembly of the edge set
+(:mod:`~graphattn.producers.sac.assembly`) and teacher forcing (:mod:`~graphattn.producers.sac.forcing`).
 """
 
 from __future__ import annotations
@@ -30,25 +34,21 @@ from torch.nn.parameter import is_lazy
 from torch_geometric.nn import Linear
 
 from graphattn.core.edgeset import EdgeSet
-from graphattn.producers import sac_ops
-from graphattn.producers.base import (
-    EdgeProducer,
-    ProducerContext,
-    check_int,
-    check_number,
-    check_positive_int,
-    resolve_num_heads,
-)
+from graphattn.producers.base import EdgeProducer, ProducerContext
 from graphattn.producers.registry import register_producer
-from graphattn.producers.sac_decoder import LSTMEdgeDecoder
-from graphattn.producers.sac_distances import HopCache, bucket_sizes
-from graphattn.producers.sac_ops import Actions, SACOptions, SampledEdgeSet
-from graphattn.producers.sac_policy import ParallelEdgePolicy
-
-POLICIES = ("lstm", "parallel")
-DECODES = ("greedy", "beam", "sample")
-DISTANCES = ("none", "input_graph", "sequence", "predicted_so_far", "both")
-CANDIDATES = ("all", "causal", "window", "segment", "hops")
+from graphattn.producers.sac.assembly import SampledEdgeSet, check_memory, warm_start_edges
+from graphattn.producers.sac.config import (
+    SACOptions,
+    constructor_signature,
+    option_groups,
+    resolve_options,
+    validate_options,
+)
+from graphattn.producers.sac.distances import HopCache, bucket_sizes
+from graphattn.producers.sac.forcing import Actions, forced_actions, forced_log_prob
+from graphattn.producers.sac.lstm import LSTMEdgeDecoder
+from graphattn.producers.sac.parallel import ParallelEdgePolicy
+from graphattn.producers.sac.paths import predict
 
 
 @register_producer("sac")
@@ -142,105 +142,69 @@ class SAC(EdgeProducer):
         max_dense (int): the LSTM policy keeps ``[B, W, W]`` byte tables; larger batches raise a
             ``ValueError`` (use the parallel policy).
         seed (int): seed of evaluation sampling.
+
+    The options after ``heads`` may also be given grouped, one dataclass per concern
+    (:mod:`~graphattn.producers.sac.config`): ``policy_config`` (:class:`~graphattn.producers.sac.config.
+    SACPolicyConfig`), ``candidate_config``, ``distance_config``, ``decode_config``, ``output_config``,
+    ``training_config`` and ``memory_config`` (each a dataclass or a mapping of its fields); an option
+    given both flat and in its group is a ``ValueError``. :attr:`config` gives them back.
     """
 
     mode = "attention"
 
-    def __init__(
-        self,
-        alpha: float = 5.0,
-        policy: str = "lstm",
-        channels: int = -1,
-        embed_dim: int = 64,
-        hidden: int | None = None,
-        all_nodes: bool = False,
-        head_adaptive: bool = False,
-        num_heads: int | None = None,
-        distance: str = "input_graph",
-        max_distance: int = 3,
-        candidates: str = "all",
-        window: int = 1,
-        no_repeat: bool = True,
-        decode: str = "greedy",
-        beam_size: int = 5,
-        undirected: bool = False,
-        coalesce: bool = True,
-        union_input: bool = False,
-        self_loops: bool = False,
-        pg_to_nodes: bool = False,
-        share_structure: bool = True,
-        warm_start: int = 0,
-        entropy_weight: float = 0.0,
-        num_candidates: int = 0,
-        chunk_size: int = 1 << 22,
-        max_dense: int = 1 << 28,
-        seed: int = 0,
-        *,
-        heads: int | None = None,
-    ) -> None:
-        super().__init__()
-        check_number("alpha", alpha, minimum=0, strict=True)
-        if policy not in POLICIES:
-            raise ValueError(f"'policy' must be one of {POLICIES}, got {policy!r}")
-        if (all_nodes or policy == "parallel") and float(alpha) != int(alpha):
-            raise ValueError(f"'alpha' must be a whole number (edges per node) with all_nodes=True or "
-                             f"policy='parallel', got {alpha!r}")
-        if decode not in DECODES:
-            raise ValueError(f"'decode' must be one of {DECODES}, got {decode!r}")
-        distance = "none" if distance is None else distance
-        if distance not in DISTANCES:
-            raise ValueError(f"'distance' must be one of {DISTANCES}, got {distance!r}")
-        if policy == "parallel" and distance in ("predicted_so_far", "both"):
-            raise ValueError("distance='predicted_so_far'/'both' needs policy='lstm' (the parallel "
-                             "policy predicts all edges at once)")
-        if candidates not in CANDIDATES:
-            raise ValueError(f"'candidates' must be one of {CANDIDATES}, got {candidates!r}")
-        if not isinstance(channels, int) or isinstance(channels, bool) or (channels < 1 and channels != -1):
-            raise ValueError(f"'channels' must be a positive int or -1 (lazy), got {channels!r}")
-        if not isinstance(entropy_weight, (int, float)) or entropy_weight < 0:
-            raise ValueError(f"'entropy_weight' must be a non-negative number, got {entropy_weight!r}")
-        self.alpha = float(alpha)
-        self.policy = policy
-        self.embed_dim = check_positive_int("embed_dim", embed_dim)
-        self.hidden = check_positive_int("hidden", hidden) if hidden is not None else embed_dim
-        self.all_nodes = bool(all_nodes) or policy == "parallel"
-        self.head_adaptive = bool(head_adaptive)
-        self.heads = resolve_num_heads(num_heads, heads, "SAC") or 1
-        self.distance = distance
-        self.max_distance = check_positive_int("max_distance", max_distance)
-        if self.max_distance > 100:
-            raise ValueError(f"'max_distance' must be at most 100, got {max_distance}")
-        self.candidates = candidates
-        self.window = check_positive_int("window", window, allow_zero=candidates != "segment")
-        self.no_repeat = bool(no_repeat)
-        self.decode = decode
-        self.beam_size = check_positive_int("beam_size", beam_size)
-        self.undirected = bool(undirected)
-        self.coalesce = bool(coalesce)
-        self.union_input = bool(union_input)
-        self.self_loops = bool(self_loops)
-        self.pg_to_nodes = bool(pg_to_nodes)
-        self.share_structure = bool(share_structure)
-        self.warm_start = check_positive_int("warm_start", warm_start, allow_zero=True)
-        self.entropy_weight = float(entropy_weight)
-        self.num_candidates = check_positive_int("num_candidates", num_candidates, allow_zero=True)
-        if self.num_candidates and (policy != "parallel" or candidates != "all"):
-            raise ValueError("'num_candidates' needs policy='parallel' and candidates='all'")
-        self.chunk_size = check_positive_int("chunk_size", chunk_size)
-        self.max_dense = check_positive_int("max_dense", max_dense)
-        self.seed = check_int("seed", seed)
+    #: the validated options (see the arguments above; set by the constructor)
+    alpha: float
+    policy: str
+    embed_dim: int
+    hidden: int
+    all_nodes: bool
+    head_adaptive: bool
+    heads: int
+    distance: str
+    max_distance: int
+    candidates: str
+    window: int
+    no_repeat: bool
+    decode: str
+    beam_size: int
+    undirected: bool
+    coalesce: bool
+    union_input: bool
+    self_loops: bool
+    pg_to_nodes: bool
+    share_structure: bool
+    warm_start: int
+    entropy_weight: float
+    num_candidates: int
+    chunk_size: int
+    max_dense: int
+    seed: int
 
-        sizes = bucket_sizes(distance, self.max_distance)
+    def __init__(self, alpha: float = 5.0, *, channels: int = -1, num_heads: int | None = None,
+                 heads: int | None = None, **options: Any) -> None:
+        # the signature callers see (constructor_signature, set below the class) lists every option
+        super().__init__()
+        values = validate_options(alpha, channels, num_heads, heads, resolve_options(options))
+        for name, value in values.items():
+            setattr(self, name, value)
+        sizes = bucket_sizes(self.distance, self.max_distance)
         segments = self.heads if self.head_adaptive else 0
         self.node_proj = Linear(channels, self.embed_dim, bias=False)
         self.predictor: LSTMEdgeDecoder | ParallelEdgePolicy
-        if policy == "lstm":
+        if self.policy == "lstm":
             self.predictor = LSTMEdgeDecoder(self.embed_dim, self.hidden, sizes, segments)
         else:
             self.predictor = ParallelEdgePolicy(self.embed_dim, sizes, segments)
         self.register_buffer("steps", torch.zeros((), dtype=torch.long))
         self._shared: tuple[object, EdgeSet] | None = None
         self._hop_cache = HopCache()
+
+    @property
+    def config(self) -> dict[str, Any]:
+        """The options as their groups (constructor argument → dataclass of
+        :mod:`~graphattn.producers.sac.config`), validated: ``SAC(p.alpha, channels=...,
+        **p.config)`` builds the same producer."""
+        return option_groups(self)
 
     def reset_parameters(self) -> None:
         self.node_proj.reset_parameters()
@@ -263,16 +227,16 @@ class SAC(EdgeProducer):
         if ctx.training:
             self.steps += 1
         if warm:
-            es = sac_ops.warm_start_edges(ctx)
+            es = warm_start_edges(ctx)
         else:
             opt = self._options()
-            sac_ops.check_memory(ctx, opt)
+            check_memory(ctx, opt)
             es = self._predict(ctx, opt)
         self._remember(es)
         return es
 
     def _options(self) -> SACOptions:
-        """The arguments the algorithm (:mod:`~graphattn.producers.sac_ops`) reads, as they are now."""
+        """The arguments the algorithm (:mod:`~graphattn.producers.sac.paths`, ...) reads, as they are now."""
         return SACOptions(
             alpha=self.alpha, policy=self.policy, embed_dim=self.embed_dim, all_nodes=self.all_nodes,
             head_adaptive=self.head_adaptive, heads=self.heads, distance=self.distance,
@@ -285,7 +249,7 @@ class SAC(EdgeProducer):
 
     def _predict(self, ctx: ProducerContext, opt: SACOptions, actions: Actions | None = None
                  ) -> SampledEdgeSet:
-        return sac_ops.predict(ctx, opt, self.node_proj, self.predictor, self._hop_cache, actions)
+        return predict(ctx, opt, self.node_proj, self.predictor, self._hop_cache, actions)
 
     def _materialise(self, ctx: ProducerContext) -> None:
         if is_lazy(self.node_proj.weight):
@@ -316,15 +280,15 @@ class SAC(EdgeProducer):
                     sampled_head: Tensor | None = None, *, data: Any = None, num_heads: int | None = None
                     ) -> Tensor:
         """Teacher forcing: the log-probability of every edge of ``sampled_edge_index`` (as in a
-        :class:`~graphattn.producers.sac_ops.SampledEdgeSet`: graph by graph, in decoding order) under
+        :class:`~graphattn.producers.sac.assembly.SampledEdgeSet`: graph by graph, in decoding order) under
         the current predictor. Reproduces the ``log_prob`` of the EdgeSet that produced the edges."""
         H = num_heads or (self.heads if self.head_adaptive else 1)
         ctx = ProducerContext(x, batch, num_heads=H, data=data, training=self.training)
         self._materialise(ctx)
         opt = self._options()
-        forcing = sac_ops.forced_actions(ctx, opt, sampled_edge_index, sampled_head)
+        forcing = forced_actions(ctx, opt, sampled_edge_index, sampled_head)
         es = self._predict(ctx, opt, forcing.actions)
-        return sac_ops.forced_log_prob(es, forcing, opt, ctx.num_nodes, sampled_edge_index, sampled_head)
+        return forced_log_prob(es, forcing, opt, ctx.num_nodes, sampled_edge_index, sampled_head)
 
     def extra_repr(self) -> str:
         parts = [f"alpha={self.alpha:g}", f"policy={self.policy!r}", f"embed_dim={self.embed_dim}"]
@@ -342,3 +306,6 @@ class SAC(EdgeProducer):
             parts.append(f"warm_start={self.warm_start}")
         return ", ".join(parts)
 
+
+# build_producer checks keyword arguments against the signature, and help() shows it: every option
+SAC.__init__.__signature__ = constructor_signature()

@@ -1,5 +1,6 @@
-r"""Operator edge sets: linear operators :math:`o = S v` that the layer applies without
-enumerating their edges (:class:`~graphattn.core.structured.OperatorEdgeSet`).
+r"""Converter's operator edge set (:mod:`graphattn.producers.converter`): a linear operator
+:math:`o = S v` that the layer applies without enumerating its edges
+(:class:`~graphattn.core.structured.OperatorEdgeSet`).
 
 * :class:`UnitaryChainOperator` — Converter's unitary digraph shift
   :math:`S = \Phi^H \operatorname{diag}(e^{i\varphi}) \Phi` with
@@ -19,7 +20,8 @@ from typing import Any, NamedTuple
 import torch
 from torch import Tensor
 
-from graphattn.core.edgeset import EdgeSet, _need_finite, _need_long, _need_tensor, _shape
+from graphattn.core.edgeset import EdgeSet
+from graphattn.core.index import need_finite, need_long, need_tensor, shape_str
 from graphattn.core.origins import origin_code
 from graphattn.core.structured import OperatorEdgeSet
 from graphattn.kernels.linear_scan import (
@@ -91,26 +93,26 @@ class UnitaryChainOperator(OperatorEdgeSet):
         stats: dict[str, Any] | None = None,
         check_boundaries: bool = True,
     ) -> None:
-        _need_long("ptr", _need_tensor("ptr", ptr, dims=1))
+        need_long("ptr", need_tensor("ptr", ptr, dims=1))
         N = int(ptr[-1]) if ptr.numel() else 0
         for name, t, n in (("rot_l", rot_l, max(N - 1, 0)), ("rot_u", rot_u, max(N - 1, 0))):
-            _need_tensor(name, t, dims=2)
+            need_tensor(name, t, dims=2)
             if not t.is_complex() or t.shape != (n, 4):
                 raise ValueError(f"'{name}' must be a complex [{n}, 4] tensor (ii, ij, ji, jj per "
-                                 f"pair), got {t.dtype} {_shape(t)}")
+                                 f"pair), got {t.dtype} {shape_str(t)}")
         for name, t in (("diag", diag), ("eig", eig)):
-            _need_tensor(name, t, dims=1)
+            need_tensor(name, t, dims=1)
             if not t.is_complex() or t.numel() != N:
-                raise ValueError(f"'{name}' must be a complex [{N}] tensor, got {t.dtype} {_shape(t)}")
+                raise ValueError(f"'{name}' must be a complex [{N}] tensor, got {t.dtype} {shape_str(t)}")
         dtypes = {t.dtype for t in (rot_l, rot_u, diag, eig)}
         if len(dtypes) != 1:
             raise ValueError(f"'rot_l', 'rot_u', 'diag' and 'eig' must share one dtype, got {dtypes}")
         for name, t in (("rot_l", rot_l), ("rot_u", rot_u), ("diag", diag), ("eig", eig)):
-            _need_finite(name, torch.view_as_real(t.detach()))
+            need_finite(name, torch.view_as_real(t.detach()))
         if perm is not None:
-            _need_long("perm", _need_tensor("perm", perm, dims=1))
+            need_long("perm", need_tensor("perm", perm, dims=1))
             if perm.numel() != N:
-                raise ValueError(f"'perm' must have shape [{N}], got {_shape(perm)}")
+                raise ValueError(f"'perm' must have shape [{N}], got {shape_str(perm)}")
         super().__init__(ptr, num_heads=num_heads, aux_loss=aux_loss, stats=stats)
         self.rot_l, self.rot_u, self.diag, self.eig, self.perm = rot_l, rot_u, diag, eig, perm
         self.inv_perm = None if perm is None else torch.argsort(perm)
@@ -174,7 +176,7 @@ class UnitaryChainOperator(OperatorEdgeSet):
 
     def _apply(self, v: Tensor, eig: Tensor) -> Tensor:
         if v.dim() < 1 or v.size(0) != self.num_nodes:
-            raise ValueError(f"'v' must have one row per node ({self.num_nodes}), got {_shape(v)}")
+            raise ValueError(f"'v' must have one row per node ({self.num_nodes}), got {shape_str(v)}")
         dtype = torch.promote_types(self.dtype, v.dtype)
         shape = v.shape
         if v.numel() == 0:

@@ -1,5 +1,5 @@
 r"""SAC's distance encodings (SAC §4.2): the buckets :math:`\delta(o, j)` whose learned embeddings the
-predictors (:mod:`~graphattn.producers.sac_decoder`, :mod:`~graphattn.producers.sac_policy`) add to
+predictors (:mod:`~graphattn.producers.sac.lstm`, :mod:`~graphattn.producers.sac.parallel`) add to
 the destination logits.
 
 * :class:`HopDistances` — hop distance in the (symmetrised) input graph: buckets ``0 .. K``, far,

@@ -14,10 +14,10 @@ is head :math:`c` (head size 1), target :math:`r` has exactly one in-edge, from
 :class:`~graphattn.PermutationEdgeSet` carries ``src [N, C]`` and the layer gathers; its
 ``to_explicit()`` edges are ``π_c(r) → r`` in head ``c``.
 
-The sorting itself, for any tensor (:func:`~graphattn.producers.sliceformer_ops.slice_sort_src`,
-:func:`~graphattn.producers.sliceformer_ops.max_exchange_src` and the order-interleave rule
-:func:`~graphattn.producers.sliceformer_ops.interleave_descending`), lives in
-:mod:`graphattn.producers.sliceformer_ops`.
+The sorting itself, for any tensor, lives beside the producer:
+:func:`~graphattn.producers.sliceformer.sorting.slice_sort_src` (:mod:`~graphattn.producers.sliceformer.
+sorting`), :func:`~graphattn.producers.sliceformer.max_exchange.max_exchange_src` and the order-interleave
+rule :func:`~graphattn.producers.sliceformer.interleave.interleave_descending`.
 """
 
 from __future__ import annotations
@@ -32,16 +32,10 @@ from graphattn.core.origins import origin_code
 from graphattn.core.structured import PermutationEdgeSet
 from graphattn.producers.base import EdgeProducer, ProducerContext, check_positive_int
 from graphattn.producers.registry import register_producer
-from graphattn.producers.sliceformer_ops import (
-    DIRECTIONS,
-    RULES,
-    SCOPES,
-    TAILS,
-    check_choice,
-    interleave_descending,
-    max_exchange_src,
-    sort_src,
-)
+from graphattn.producers.sliceformer.checks import check_choice
+from graphattn.producers.sliceformer.interleave import DIRECTIONS, RULES, SCOPES, TAILS, interleave_descending
+from graphattn.producers.sliceformer.max_exchange import max_exchange_src
+from graphattn.producers.sliceformer.sorting import sort_src
 
 ORDERS = ("ascend", "descend", "interleave", "max_exchange")
 GROUPS = (None, "head")

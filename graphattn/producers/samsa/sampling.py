@@ -1,6 +1,6 @@
 r"""SAMSA's sampling algorithm: Gumbel noise, the pairwise-sigmoid relaxation of top-:math:`k`
 sampling without replacement (soft and hard slots with their custom gradients) and the selection
-record. The producer (:class:`~graphattn.producers.samsa.SAMSA`) runs them; see its docstring and
+record. The producer (:class:`~graphattn.producers.samsa.producer.SAMSA`) runs them; see its docstring and
 ``docs/samsa.md`` for the math.
 """
 

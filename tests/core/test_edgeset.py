@@ -13,7 +13,8 @@ from graphattn import (
     origin_code,
     union_edge_sets,
 )
-from graphattn.core.edgeset import featured_rows, first_occurrences
+from graphattn.core.index import first_occurrences
+from graphattn.core.union import featured_rows
 
 
 def ei(*pairs):
@@ -274,7 +275,7 @@ def test_known_ptr_marks_the_context_pointer_only_while_unchanged():
     import gc
 
     from graphattn import ProducerContext, SharedSourceEdgeSet
-    from graphattn.core.edgeset import _KNOWN_PTRS, is_known_ptr
+    from graphattn.core.index import _KNOWN_PTRS, is_known_ptr
 
     batch = torch.tensor([0, 0, 1, 1, 1])
     ctx = ProducerContext(torch.randn(5, 3), batch, num_heads=1)

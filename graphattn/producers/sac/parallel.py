@@ -7,7 +7,7 @@ r"""SAC's parallel edge policy (a **deviation** for large graphs; used by
   chunked over origins with recomputation in the backward pass.
 
 The producer's side (chunking the origins, candidate masks, distance buckets, the per-graph layout of
-the draws) is :func:`graphattn.producers.sac_ops.run_parallel`.
+the draws) is :func:`graphattn.producers.sac.paths.run_parallel`.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from graphattn.producers.keyed_random import KeyedRows
-from graphattn.producers.sac_decoder import NEG_INF, row_entropy
+from graphattn.producers.sac.decoding import NEG_INF, row_entropy
 
 #: key word of the parallel policy's draws with replacement (:meth:`ParallelEdgePolicy._draw`)
 _WITH_REPLACEMENT = 0x3A7

@@ -13,9 +13,9 @@ from torch_geometric.nn import TransformerConv
 
 import graphattn as ga
 from graphattn import EdgeAttention, EdgeSet, PermutationEdgeSet, SharedSourceEdgeSet
-from graphattn.core.edgeset import featured_rows
+from graphattn.core.union import featured_rows
+from tests.core.test_edgeset import _MatrixOperator
 from tests.helpers import DEVICES, dense_reference, make_batch
-from tests.test_edgeset import _MatrixOperator
 
 
 def twin(layer: EdgeAttention, **changes) -> EdgeAttention:

@@ -6,17 +6,18 @@ them (a :class:`~graphattn.SharedSourceEdgeSet`, consumed by the dense SDPA fast
 :class:`~graphattn.EdgeAttention`). The gradient reaches the importance scores through the authors'
 pairwise-sigmoid proxy (their code's §4.2 version, not the paper's Algorithm 2). See
 ``docs/samsa.md`` for the derivation of the exactness claims below.
+
+The score network is :mod:`graphattn.producers.samsa.scoring`; the Gumbel noise, the relaxed slots
+and the selection record are :mod:`graphattn.producers.samsa.sampling`.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, ClassVar
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 from torch_geometric.utils import to_dense_batch
 
@@ -34,7 +35,7 @@ from graphattn.producers.base import (
 )
 from graphattn.producers.keyed_random import KeyedRandom
 from graphattn.producers.registry import register_producer
-from graphattn.producers.samsa_ops import (
+from graphattn.producers.samsa.sampling import (
     NODE_TAG,
     SUPPORT_TAG,
     SamsaSelection,
@@ -42,65 +43,7 @@ from graphattn.producers.samsa_ops import (
     hard_slots,
     soft_slots,
 )
-
-
-# ----------------------------------------------------------------------------- building blocks
-class RMSNorm(nn.Module):
-    r"""Root-mean-square normalisation as in the SAMSA code:
-    :math:`y = g \odot x / (\lVert x \rVert_2 / \sqrt{d} + \epsilon)` (the :math:`\epsilon` outside
-    the root, no bias, :math:`g` initialised to 1).
-
-    Args:
-        channels (int): :math:`d`.
-        eps (float): :math:`\epsilon`.
-    """
-
-    def __init__(self, channels: int, eps: float = 1e-8) -> None:
-        super().__init__()
-        self.channels = check_positive_int("channels", channels)
-        self.eps = float(eps)
-        self.weight = nn.Parameter(torch.ones(channels))
-
-    def reset_parameters(self) -> None:
-        nn.init.ones_(self.weight)
-
-    def forward(self, x: Tensor) -> Tensor:
-        rms = x.norm(dim=-1, keepdim=True) / math.sqrt(x.size(-1))
-        # one reciprocal per row, then a product: cheaper than an [N, d] division and its backward
-        return self.weight * (x * (rms + self.eps).reciprocal())
-
-    def extra_repr(self) -> str:
-        return f"{self.channels}, eps={self.eps}"
-
-
-class ImportanceScore(nn.Module):
-    r"""The per-head importance-score network of SAMSA:
-
-    .. math::
-        s(x) = W_o\big(x + \operatorname{RMSNorm}(W_2\,\operatorname{GELU}(W_1 x + b_1) + b_2)\big)
-            + b_o \in \mathbb{R}^H
-
-    (one score per head: every head samples its own sources, the paper's "mixture of attention
-    experts").
-
-    Args:
-        channels (int): input width :math:`d`.
-        num_heads (int): :math:`H`.
-    """
-
-    def __init__(self, channels: int, num_heads: int) -> None:
-        super().__init__()
-        self.lin1 = nn.Linear(channels, channels)
-        self.lin2 = nn.Linear(channels, channels)
-        self.norm = RMSNorm(channels)
-        self.out = nn.Linear(channels, num_heads)
-
-    def reset_parameters(self) -> None:
-        for m in (self.lin1, self.lin2, self.norm, self.out):
-            m.reset_parameters()
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.out(x + self.norm(self.lin2(F.gelu(self.lin1(x)))))
+from graphattn.producers.samsa.scoring import ImportanceScore
 
 
 @register_producer("samsa")

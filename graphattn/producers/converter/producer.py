@@ -2,10 +2,12 @@ r"""Converter (Zhang et al., "Converting Transformers into DGNNs Form"): Synvolu
 
 The producer turns node features into an exact, learnable, data-dependent **unitary digraph shift**
 :math:`S = \Phi^H \operatorname{diag}(e^{i\varphi}) \Phi` over the complete digraph of every graph,
-emitted as a :class:`~graphattn.producers.converter_operator.UnitaryChainOperator` (an operator edge set:
-:class:`~graphattn.EdgeAttention` applies it by four linear scans, :math:`O(N F)`, never forming
-:math:`S`; the scans are in :mod:`graphattn.kernels.linear_scan`). The Givens and Kernelution
-mathematics lives in :mod:`graphattn.producers.converter_ops`.
+emitted as a :class:`~graphattn.producers.converter.chain_operator.UnitaryChainOperator` (an operator
+edge set: :class:`~graphattn.EdgeAttention` applies it by four linear scans, :math:`O(N F)`, never
+forming :math:`S`; the scans are in :mod:`graphattn.kernels.linear_scan`). The Givens chain lives in
+:mod:`graphattn.producers.converter.chain`, Kernelution's polynomial in
+:mod:`~graphattn.producers.converter.kernelution` and the node networks in
+:mod:`~graphattn.producers.converter.blocks`.
 
 Node order matters: the Givens chain runs over the nodes in their stored order (token order for
 sequences, raster order for images; use a space-filling-curve order for point clouds), so the
@@ -22,7 +24,6 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from graphattn.core.checks import all_finite
-from graphattn.producers._util import rand
 from graphattn.producers.base import (
     EdgeProducer,
     ProducerContext,
@@ -31,15 +32,14 @@ from graphattn.producers.base import (
     check_positive_int,
     check_sized_channels,
 )
-from graphattn.producers.converter_operator import UnitaryChainOperator
-from graphattn.producers.converter_ops import (
+from graphattn.producers.converter.blocks import ScaleNorm, Siren
+from graphattn.producers.converter.chain import givens, identity_rotations, stride_permutation
+from graphattn.producers.converter.chain_operator import UnitaryChainOperator
+from graphattn.producers.converter.kernelution import (
     KERNELS,
     chebyshev_phase,
     gibbs_damping,
-    givens,
-    identity_rotations,
     kernel_polynomial_loss,
-    stride_permutation,
 )
 from graphattn.producers.registry import register_producer
 
@@ -49,89 +49,6 @@ PHASE_READOUTS = ("mean", "linear")
 #: pre-activation's spread at a few radians, so that ``λ = sin(⟨r, s⟩)`` covers [-1, 1] at init
 READOUT_GAIN = 4.0
 NUM_ANGLES = 7  # α_l, β_l, γ_l (lower chain), α_u, β_u, γ_u (upper chain), θ (diagonal)
-
-
-def _dropout(x: Tensor, p: float, training: bool, generator: torch.Generator | None) -> Tensor:
-    """Inverted dropout drawing its mask from ``generator`` (``None``: the global RNG)."""
-    if not training or p == 0.0:
-        return x
-    keep = rand(tuple(x.shape), generator, device=x.device, dtype=x.dtype) >= p
-    return x * keep / (1.0 - p)
-
-
-class ScaleNorm(nn.Module):
-    r"""ScaleNorm with a per-feature gain (Nguyen & Salazar use a scalar; Converter's code a vector):
-
-    .. math::
-        \operatorname{ScaleNorm}(x) = g \odot \frac{x}{\lVert x \rVert_2 + \epsilon},\qquad
-        \lVert x \rVert_2 = \sqrt{\textstyle\sum_d |x_d|^2}
-
-    over the last axis, for real or complex :math:`x` (real :math:`g`). ``affine=False`` gives
-    FixNorm (:math:`g = 1`, no parameter).
-
-    Args:
-        channels (int): size of the last axis.
-        eps (float): :math:`\epsilon`.
-        affine (bool): learn :math:`g` (initialised to 1).
-    """
-
-    def __init__(self, channels: int, eps: float = 1e-5, affine: bool = True) -> None:
-        super().__init__()
-        self.channels = check_positive_int("channels", channels)
-        self.eps = float(eps)
-        self.weight = nn.Parameter(torch.ones(channels)) if affine else None
-        self.reset_parameters()
-
-    def reset_parameters(self) -> None:
-        if self.weight is not None:
-            nn.init.ones_(self.weight)
-
-    def forward(self, x: Tensor) -> Tensor:
-        norm = torch.linalg.vector_norm(x, dim=-1, keepdim=True)
-        out = x / (norm + self.eps)
-        return out if self.weight is None else out * self.weight.to(norm.dtype)
-
-    def extra_repr(self) -> str:
-        return f"{self.channels}, eps={self.eps}, affine={self.weight is not None}"
-
-
-class Siren(nn.Module):
-    r"""Converter's two-layer SIREN, applied per node (:math:`\omega_0 = 1`):
-
-    .. math::
-        \operatorname{SIREN}(x) = \sin\!\big(W_2\, \operatorname{Drop}(\operatorname{ScaleNorm}(
-            \sin(W_1 x + b_1))) + b_2\big)
-
-    with :math:`W_{1,2} \sim U(\pm\sqrt{6/D})` and zero biases.
-
-    Args:
-        channels (int): :math:`D` (input = hidden = output width).
-        dropout (float): dropout rate after the ScaleNorm.
-    """
-
-    def __init__(self, channels: int, dropout: float = 0.0) -> None:
-        super().__init__()
-        self.lin1 = nn.Linear(channels, channels)
-        self.norm = ScaleNorm(channels)
-        self.lin2 = nn.Linear(channels, channels)
-        self.dropout = float(dropout)
-        self.reset_parameters()
-
-    def reset_parameters(self) -> None:
-        bound = math.sqrt(6.0 / self.lin1.in_features)
-        for lin in (self.lin1, self.lin2):
-            nn.init.uniform_(lin.weight, -bound, bound)
-            nn.init.zeros_(lin.bias)
-        self.norm.reset_parameters()
-
-    def forward(self, x: Tensor, training: bool = False,
-                generator: torch.Generator | None = None) -> Tensor:
-        h = self.norm(torch.sin(self.lin1(x)))
-        h = _dropout(h, self.dropout, training, generator)
-        return torch.sin(self.lin2(h))
-
-    def extra_repr(self) -> str:
-        return f"{self.lin1.in_features}, dropout={self.dropout}"
 
 
 @register_producer("converter")
@@ -154,7 +71,7 @@ class ConverterProducer(EdgeProducer):
     (after FixNorm with ``angle_param="code"``). The pair :math:`(j, j+1)` of :math:`H_l` takes
     its angles from node :math:`j` (:math:`p_{j,0..2}`), the pair of :math:`H_u` from node
     :math:`j+1` (:math:`p_{j+1,3..5}`), each block being
-    :func:`~graphattn.producers.converter_ops.givens` with
+    :func:`~graphattn.producers.converter.chain.givens` with
     :math:`\tfrac{\alpha\pm\beta}{2} = \pi(p_0 \pm p_1)`,
     :math:`\tfrac{\gamma}{2} = \pi (p_2 + \gamma_0)` (the paper: :math:`\gamma_0 = 0`).
     Synvolution: :math:`\varphi = \lambda`. Kernelution: :math:`\varphi = \tfrac12 g_0 w_0 +
@@ -163,7 +80,7 @@ class ConverterProducer(EdgeProducer):
     :math:`\eta\,\pi \sum_{k \ge 1} k^2 w_k^2` (kernel polynomial loss).
 
     :math:`S` is unitary and normal with eigenvalues exactly :math:`e^{i\varphi_n}`. The emitted
-    :class:`~graphattn.producers.converter_operator.UnitaryChainOperator` is applied by
+    :class:`~graphattn.producers.converter.chain_operator.UnitaryChainOperator` is applied by
     :class:`~graphattn.EdgeAttention` in four linear scans (:math:`O(N F)` time and memory);
     its ``to_explicit()`` is the complete digraph with complex weights :math:`S_{ij}` (small graphs)
     and ``to_topk(k)`` an explicitly labelled approximation. The layer takes the real part of
@@ -177,7 +94,7 @@ class ConverterProducer(EdgeProducer):
         kernel (str): Gibbs damping kernel, one of ``dirichlet`` (the paper's experiments),
             ``fejer``, ``jackson``, ``lanczos``, ``lorentz``, ``vekic``, ``wang``.
         kernel_kwargs (dict, optional): kernel hyperparameters (``lanczos_m``, ``lorentz_xi``,
-            ``wang_a``, ``wang_b``) for :func:`~graphattn.producers.converter_ops.gibbs_damping`.
+            ``wang_a``, ``wang_b``) for :func:`~graphattn.producers.converter.kernelution.gibbs_damping`.
         kp_weight (float): :math:`\eta`, weight of the kernel polynomial loss (0: no aux loss).
         angle_param (str): ``"paper"`` (pooled SIREN outputs scaled to the full angle range) or
             ``"code"`` (FixNorm before pooling, as the released code: angles then stay small and
