@@ -104,8 +104,8 @@ def test_the_peptides_defaults_learn_with_each_encoding(pe, mirror):
 def test_each_peptides_encoding_does_at_least_as_well_as_none(pe, mirror):
     """The Laplacian encoding trailed none (AP 0.275 against 0.324, seed 0) while each eigenvector's
     sign was flipped at random in every training pass; ``LaplacianPE`` gives canonical signs, and
-    without the flips it is at the level of none (seed 0: 0.334 against 0.324; seed 1: 0.339
-    against 0.341; the flips gave 0.343 there: their cost is noise, large on some seeds)."""
+    without the flips it is at the level of none (seeds 0-2: 0.320 against 0.322 on average, the
+    flips 0.306; ``benchmarks/results/cpu-2026-11-29/peptides_laplacian_signs/``)."""
     none, _ = peptides_val_ap("none")
     ap, _ = peptides_val_ap(pe)
     assert ap >= none - 0.03, (pe, ap, none)
