@@ -13,7 +13,8 @@ repeat), median of ``--repeats`` after ``--warmup`` calls:
 * ``samsa soft-eval``: the same with ``hard=False`` (the k×k slot mixture runs at inference).
 
 With ``--block`` the same comparison is repeated for whole pre-norm blocks (RMSNorm, attention,
-output projection, RMSNorm, MLP of width 4d): the SAMSA block is :class:`~graphattn.nn.samsa.SAMSABlock`.
+output projection, RMSNorm, MLP of width 4d): the SAMSA block is
+:class:`~graphattn.producers.samsa.model.SAMSABlock`.
 
 Reported: median milliseconds and the speed-up ``t(dense-sdpa) / t(variant)`` of the medians (the
 block rows against the dense block), plus the same ratio of the per-variant minima (less sensitive
@@ -40,9 +41,9 @@ from torch import Tensor, nn
 
 import graphattn
 from graphattn import EdgeAttention
-from graphattn.nn.samsa import SAMSABlock
 from graphattn.producers import FullAttention
 from graphattn.producers.samsa import SAMSA, RMSNorm
+from graphattn.producers.samsa.model import SAMSABlock
 
 
 class DenseSDPA(nn.Module):

@@ -122,13 +122,15 @@ def test_no_model_lists_the_options_it_ignores():
 
 
 def test_old_module_paths_import_with_a_deprecation_warning():
-    """The modules moved into :mod:`graphattn.core` keep their old import paths for one release."""
+    """The modules moved into :mod:`graphattn.core` (and the presets beside their mechanisms) keep
+    their old import paths for one release."""
     import importlib
     import sys
 
     import graphattn
+    import graphattn.nn
 
-    for old, new in graphattn.MOVED_MODULES.items():
+    for old, new in {**graphattn.MOVED_MODULES, **graphattn.nn.MOVED_MODULES}.items():
         sys.modules.pop(old, None)
         with pytest.warns(DeprecationWarning, match=f"{old} moved to {new}"):
             module = importlib.import_module(old)

@@ -8,8 +8,8 @@ import torch
 from torch_geometric.utils import softmax
 
 from graphattn.nn import GraphModel, create_model, get_model
-from graphattn.nn.samsa import SAMSABlock, SAMSATransformer, drop_path
 from graphattn.producers.samsa import SAMSA
+from graphattn.producers.samsa.model import SAMSABlock, SAMSATransformer, drop_path
 from graphattn.runner.build import build_model
 from graphattn.runner.config import resolve_config
 from graphattn.runner.tasks import Task

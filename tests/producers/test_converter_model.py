@@ -11,7 +11,9 @@ import tomllib
 import torch
 
 from graphattn.nn import MODELS, create_model, get_model
-from graphattn.nn.converter import (
+from graphattn.producers.converter import ConverterProducer
+from graphattn.producers.converter.kernelution import kernel_polynomial_loss
+from graphattn.producers.converter.model import (
     ComplexValueAttention,
     ConverterBlock,
     ConverterModel,
@@ -19,8 +21,6 @@ from graphattn.nn.converter import (
     RecurrentPositionalEncoding,
     ScaleNorm,
 )
-from graphattn.producers.converter import ConverterProducer
-from graphattn.producers.converter.kernelution import kernel_polynomial_loss
 from graphattn.runner.config import resolve_config
 from tests.helpers import make_batch
 
