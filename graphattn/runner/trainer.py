@@ -22,7 +22,7 @@ from graphattn.consistency import consistency_loss
 from graphattn.core.index import default_batch
 from graphattn.core.policy import ReinforceBaseline, per_graph_log_likelihood
 from graphattn.data.store import atomic_torch_save
-from graphattn.nn import GraphTransformer
+from graphattn.nn import GraphModel
 from graphattn.runner import distributed as D
 from graphattn.runner.build import build_model
 from graphattn.runner.checkpoint import load_checkpoint
@@ -74,7 +74,7 @@ class _TrainingForward(nn.Module):
     forward, returning the predictions, the signals and, as a list, every tensor the signals carry
     (auxiliary losses, log-probabilities), so that DDP finds every output the loss may use."""
 
-    def __init__(self, model: GraphTransformer) -> None:
+    def __init__(self, model: GraphModel) -> None:
         super().__init__()
         self.model = model
 
@@ -589,7 +589,7 @@ def _duration(seconds: float) -> str:
     return f"{int(minutes // 60)} h {int(minutes % 60)} min"
 
 
-def _density(model: GraphTransformer) -> list[dict[str, float] | None]:
+def _density(model: GraphModel) -> list[dict[str, float] | None]:
     """Scalar edge-set statistics of each layer's last forward pass (None: no global branch)."""
     out: list[dict[str, float] | None] = []
     for layer in model.layers:
