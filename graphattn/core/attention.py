@@ -22,7 +22,7 @@ from graphattn.core.checks import (
     inputs_are_checked,
 )
 from graphattn.core.contract import EdgeProducer, ProducerContext
-from graphattn.core.dispatch import Attended, AttentionCall, attend, has_pyg_hooks, use_fused
+from graphattn.core.dispatch import Attended, AttentionCall, attend, use_fused
 from graphattn.core.edgeset import MODES, BaseEdgeSet, EdgeSet
 from graphattn.core.index import default_batch
 from graphattn.core.inputs import as_edge_set, check_bipartite_indices, forward_arguments
@@ -404,8 +404,7 @@ class EdgeAttention(MessagePassing):
         q = call.query()
         k, v = call.sources(es)
         N = call.num_nodes
-        if use_fused(self.kernel, es, v, explain=bool(self._explain),
-                     hooked=has_pyg_hooks(self)):
+        if use_fused(self.kernel, es, v, self):
             ef = None
             if es.edge_attr is not None:  # W_E e_ji, added to keys and values inside the kernel
                 ef = self._project_edge_attr(es).view(-1, self.heads, self.out_channels)

@@ -161,22 +161,23 @@ def has_pyg_hooks(layer: Any) -> bool:
     return any(len(getattr(layer, name, ())) for name in PYG_HOOKS)
 
 
-def use_fused(kernel: str, es: EdgeSet, v: Tensor, *, explain: bool, hooked: bool) -> bool:
+def use_fused(kernel: str, es: EdgeSet, v: Tensor, layer: Any) -> bool:
     """Whether the explicit edge set ``es`` (values ``v``) runs on the fused kernel under the
     layer's ``kernel`` option: ``"reference"`` never; ``"auto"`` where the kernel supports the
-    edge set and is available, and no PyG hook or explain mode (``hooked``) needs ``propagate``;
+    edge set and is available, and no PyG hook or explain mode on ``layer`` needs ``propagate``
+    (:func:`has_pyg_hooks`, read only then);
     ``"fused"`` always, or a :class:`ValueError` saying why it cannot (no silent fallback)."""
     if kernel == "reference":
         return False
     backend = default_backend(v.device)
     reason = unsupported_reason(es, v, backend)
     if kernel == "fused":
-        if explain:
+        if getattr(layer, "_explain", None):
             reason = ("PyG explain mode multiplies every message by an edge mask, and the "
                       "fused kernel has no message tensor; use kernel='auto' or 'reference'")
         if reason is not None:
             raise ValueError(f"kernel='fused' cannot run this edge set: {reason}")
-    elif reason is not None or hooked:
+    elif reason is not None or has_pyg_hooks(layer):
         return False
     if backend_ops(backend, warn=kernel != "fused") is not None:
         return True
