@@ -69,12 +69,18 @@ def build_model(cfg: dict[str, Any], task: Task) -> nn.Module:
         width = _float_feature_width(task)
         if width is not None:
             kwargs["in_channels"] = width
-    where = {**{a: f"set by --{'/--'.join(k.replace('_', '-') for k in _CONFIG_KEYS[a])}"
-                for a in kwargs if a in _CONFIG_KEYS},
-             **{k: "in --model-kwargs" for k in model_kwargs}}
+    where = {a: f"set by --{'/--'.join(k.replace('_', '-') for k in _CONFIG_KEYS[a])}"
+             for a in kwargs if a in _CONFIG_KEYS}
+    both = sorted(a for a in model_kwargs if a in kwargs and a in _CONFIG_KEYS
+                  and _user_chose(cfg, a))
+    if both:
+        raise ValueError(f"model argument(s) {', '.join(map(repr, both))} set twice: "
+                         f"{', '.join(where[a] for a in both)}, and in --model-kwargs; set each "
+                         f"once")
+    where.update({k: "in --model-kwargs" for k in model_kwargs})
     check_model_options(name, {**kwargs, **model_kwargs}, where)
-    try:
-        return create_model(name, **kwargs, **model_kwargs)
+    try:  # --model-kwargs over the task's defaults (e.g. its read-out) and the runner's
+        return create_model(name, **{**kwargs, **model_kwargs})
     except ValueError as exc:
         raise ValueError(f"{exc}{_where_set(str(exc), cfg)}") from None
 

@@ -272,3 +272,23 @@ def test_a_builder_with_open_kwargs_takes_any_option(monkeypatch):
     assert tasks.task_options("mine") is None
     tasks.check_task_options("mine", {"anything": 1})
     assert resolve_config({"task": "mine", "task_kwargs": {"anything": 1}})["task"] == "mine"
+
+
+def test_model_kwargs_override_the_task_defaults_and_a_double_setting_is_refused():
+    """``--model-kwargs`` overrides what the task gives (its read-out); a model argument that a
+    config key also sets is refused, naming both, instead of a TypeError."""
+    from graphattn.runner.build import build_model
+    from graphattn.runner.tasks import Task
+
+    task = Task(name="listops", level="graph", modality="sequence", loss="ce", metric="accuracy",
+                out_channels=10, model_defaults={"node_encoder": "embedding",
+                                                 "num_embeddings": 20, "pool": "cls"})
+    cfg = resolve_config({"task": "listops", "producer": "full"})
+    assert build_model(cfg, task).pool == "cls"
+    mean = resolve_config({"task": "listops", "producer": "full", "model_kwargs": {"pool": "mean"}})
+    assert build_model(mean, task).pool == "mean"
+    twice = resolve_config({"task": "listops", "producer": "full", "hidden": 32,
+                            "model_kwargs": {"hidden_channels": 48}})
+    with pytest.raises(ValueError, match=r"'hidden_channels' set twice: set by --hidden, and in "
+                                         r"--model-kwargs"):
+        build_model(twice, task)

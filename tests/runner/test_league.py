@@ -10,7 +10,9 @@ import pytest
 from graphattn.__main__ import main as cli
 from graphattn.runner.config import resolve_config
 from graphattn.runner.league import (
+    CPU_TIER,
     ENTRANTS,
+    GPU_TIER,
     NOT_APPLICABLE,
     PAPER,
     PROTOCOLS,
@@ -35,7 +37,8 @@ from tests.runner.test_configs import tiny
 #: parameters (SAMSA, Converter, SAC) or refuse attention dropout (Converter's operator) train;
 #: Sliceformer is not applicable to a node task (NOT_APPLICABLE) and is skipped.
 DATA_CELLS = {"fashion-mnist": ["exphormer", "sliceformer"],
-              "cora": ["window+global", "sac", "samsa", "converter"]}
+              "cora": ["window+global", "sac", "samsa", "converter"],
+              "citeseer": ["exphormer"]}
 
 
 def _tiny_overrides(task: str, tmp_path, epochs: int | None = None) -> dict:
@@ -151,7 +154,7 @@ def test_order_dependent_entrants_are_not_applicable_to_node_tasks(tmp_path):
     assert not run_dir(tmp_path, "cora", "sliceformer").exists()
     for (entrant, task) in NOT_APPLICABLE:
         cfg = resolve_config(league_config(task, entrant, seeds=[0], out=tmp_path))
-        assert cfg["task"] in ("cora",)
+        assert cfg["task"] in ("cora", "citeseer")
 
 
 @pytest.mark.parametrize("task", list(DATA_CELLS))
@@ -192,9 +195,34 @@ def test_the_documented_league_tables_are_the_committed_folders():
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2]
-    table = league_table(root / "benchmarks" / "results" / "league", list(PROTOCOLS), list(ENTRANTS))
+    out = root / "benchmarks" / "results" / "league"
+    table = league_table(out, list(PROTOCOLS), list(ENTRANTS))
     for doc in ("README.md", "docs/league.md"):
         assert table_block((root / doc).read_text(encoding="utf-8")) == table, doc
+    from graphattn.runner.claims import claims_table
+    from graphattn.runner.doc_tables import find_blocks
+    from graphattn.runner.league import CLAIMS_END, CLAIMS_START
+
+    blocks = find_blocks((root / "docs" / "league.md").read_text(encoding="utf-8"), CLAIMS_START,
+                         CLAIMS_END)
+    assert [b.body for b in blocks] == [claims_table(out)]
+
+
+def test_the_gpu_tier_is_not_trained_without_tasks_and_says_so(tmp_path, monkeypatch, capsys):
+    """``graphattn league`` without ``--tasks`` trains the CPU tier; the tables still show every
+    task, a GPU-tier cell not run saying so."""
+    import graphattn.runner.league as league
+
+    trained: list = []
+    monkeypatch.setattr(league, "run_league", lambda tasks, entrants, **kw: trained.append(tasks)
+                        or {})
+    assert cli(["league", "--entrants", "full", "--out", str(tmp_path), "--no-progress"]) == 0
+    assert trained == [CPU_TIER] and "peptides-func" in GPU_TIER
+    assert set(CPU_TIER) | set(GPU_TIER) == set(PROTOCOLS) and not set(CPU_TIER) & set(GPU_TIER)
+    table = (tmp_path / "league.md").read_text()
+    assert "not run (GPU tier)" in table and "reference full not run (GPU tier)" in table
+    assert all(f" {t} " in table.splitlines()[2] for t in PROTOCOLS)
+    capsys.readouterr()
 
 
 def test_update_docs_rewrites_only_the_marked_block(tmp_path):

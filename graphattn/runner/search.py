@@ -1,0 +1,213 @@
+"""``graphattn league --search``: the same tuning budget for every entrant, chosen on validation.
+
+Every entrant, the static edge sets included, has at most :data:`MAX_SETTINGS` settings of its own
+knobs (:data:`SEARCH`); the first is the league's default (``{}``). Each setting trains on the
+search seed (:data:`SEARCH_SEEDS`) of a task's protocol into ``<out>/search/<task>/<entrant>/<i>``
+(the default's run is the league cell itself when that cell holds the seed: the same
+configuration). The chosen setting has the best validation metric of the seed (a tie goes to the
+lower index, so the default keeps a tie); the test metric is never read to choose.
+
+``graphattn league --tuned`` then trains each cell with its chosen setting (:func:`chosen`), and
+the per-run table's command shows the setting as the ``--set`` that reproduces the cell.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+from graphattn.runner.protocols import ENTRANTS, NOT_APPLICABLE, earlier_run, league_config, run_dir
+
+#: the most settings an entrant is given (its default included): the same budget for all
+MAX_SETTINGS = 4
+#: the seeds each setting trains on
+SEARCH_SEEDS = [0]
+
+
+def _window_global(window: int) -> dict[str, Any]:
+    return {"producer": {"name": "union", "producers": [
+        {"name": "window", "window": window}, {"name": "global", "positions": [0]}]}}
+
+
+def _bigbird(k: int, window: int) -> dict[str, Any]:
+    return {"producer": {"name": "union", "producers": [
+        {"name": "random", "k": k}, {"name": "window", "window": window},
+        {"name": "global", "positions": [0]}]}}
+
+
+def _exphormer(degree: int, virtual: bool = True, origin_bias: bool = True) -> dict[str, Any]:
+    producers: list[Any] = ["input", {"name": "expander", "degree": degree}]
+    if virtual:
+        producers.append("virtual")
+    return {"producer": {"name": "union", "producers": producers, "origin_bias": origin_bias}}
+
+
+def _patch(entrant: dict[str, Any], **producer: Any) -> dict[str, Any]:
+    """The entrant's producer with ``producer``'s options changed."""
+    spec = entrant["producer"]
+    spec = {"name": spec} if isinstance(spec, str) else copy.deepcopy(spec)
+    return {"producer": {**spec, **producer}}
+
+
+def _search() -> dict[str, tuple[dict[str, Any], ...]]:
+    E = ENTRANTS
+    return {
+        # no knob of its edge set: the attention dropout of its scores
+        "full": ({}, {"attn_dropout": 0.1}, {"attn_dropout": 0.3}, {"attn_dropout": 0.5}),
+        "window+global": ({}, _window_global(2), _window_global(8), _window_global(16)),
+        "bigbird": ({}, _bigbird(8, 4), _bigbird(3, 8), _bigbird(8, 8)),
+        "exphormer": ({}, _exphormer(6), _exphormer(3, virtual=False),
+                      _exphormer(3, origin_bias=False)),
+        "samsa": ({}, _patch(E["samsa"], k=8), _patch(E["samsa"], k=16), _patch(E["samsa"], k=64)),
+        # λ = 0 is the paper's headline setting; 16 clusters suit graphs of tens of nodes
+        "sbm": ({}, {"aux_weight": 0.0}, _patch(E["sbm"], num_clusters=16),
+                {**_patch(E["sbm"], num_clusters=16), "aux_weight": 0.0}),
+        "sliceformer": ({}, _patch(E["sliceformer"], order="descend"),
+                        _patch(E["sliceformer"], order="interleave"),
+                        _patch(E["sliceformer"], order="max_exchange")),
+        "sac": ({}, _patch(E["sac"], max_distance=1), _patch(E["sac"], alpha=2),
+                _patch(E["sac"], decode="sample")),
+        # the paper's initialisation leaves the shift ≈ the identity at width 64; the third
+        # setting starts it mixing (docs/converter.md)
+        "converter": ({}, _patch(E["converter"], order=4), _patch(E["converter"], kernel="jackson"),
+                      _patch(E["converter"], phase_readout="linear", gamma_offset=0.25)),
+    }
+
+
+#: entrant → its settings (config overrides on top of the entrant's; the first, ``{}``, is the
+#: league's default)
+SEARCH: dict[str, tuple[dict[str, Any], ...]] = _search()
+
+
+def setting_config(task: str, entrant: str, setting: int, *, seeds: list[int],
+                   out: str | Path) -> dict[str, Any]:
+    """The ``graphattn run`` configuration of ``entrant`` with its setting ``setting`` on ``task``
+    (``out`` names the run folder itself)."""
+    settings = SEARCH[entrant]
+    if isinstance(setting, bool) or not isinstance(setting, int) \
+            or not 0 <= setting < len(settings):
+        raise ValueError(f"'setting' of {entrant!r} must be an int in [0, {len(settings)}), got "
+                         f"{setting!r}")
+    cfg = league_config(task, entrant, seeds=seeds, out=out)
+    cfg.update(copy.deepcopy(settings[setting]))
+    cfg["out"] = str(out)
+    return cfg
+
+
+def search_dir(out: str | Path, task: str, entrant: str, setting: int) -> Path:
+    return Path(out) / "search" / task / entrant / str(setting)
+
+
+def _seed_result(folder: Path, seed: int) -> dict[str, Any] | None:
+    try:
+        lines = (folder / "results.jsonl").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        if line.strip():
+            row = json.loads(line)
+            if int(row["seed"]) == seed:
+                return row
+    return None
+
+
+def _same_config(folder: Path, cfg: dict[str, Any]) -> bool:
+    exists, _, diff = earlier_run(folder, cfg)
+    return exists and not diff
+
+
+def setting_result(out: str | Path, task: str, entrant: str, setting: int
+                   ) -> dict[str, Any] | None:
+    """The search seed's result of one setting (``None`` while it has not run): the league cell's
+    own for the default when the cell holds the seed with the default configuration."""
+    seed = SEARCH_SEEDS[0]
+    if setting == 0:
+        cell = run_dir(out, task, entrant)
+        if _same_config(cell, setting_config(task, entrant, 0, seeds=[seed], out=cell)):
+            row = _seed_result(cell, seed)
+            if row is not None:
+                return row
+    return _seed_result(search_dir(out, task, entrant, setting), seed)
+
+
+def chosen(out: str | Path, task: str, entrant: str) -> int | None:
+    """The index of the setting with the best validation metric on the search seed (``None``
+    while a setting has not run); ties go to the lower index."""
+    rows = [setting_result(out, task, entrant, i) for i in range(len(SEARCH[entrant]))]
+    if any(r is None for r in rows):
+        return None
+    sign = -1.0 if rows[0].get("metric") == "mae" else 1.0  # type: ignore[union-attr]
+    vals = [sign * float(r["val"]) for r in rows]  # type: ignore[index]
+    return max(range(len(vals)), key=lambda i: (vals[i], -i))
+
+
+def run_search(tasks: list[str], entrants: list[str], *, out: str | Path,
+               threads: int | None = None, progress: bool = True, rerun: bool = False,
+               keep_going: bool = False) -> dict[tuple[str, str, int], str]:
+    """Trains every setting not run yet (:func:`setting_result`; ``rerun``: every setting but a
+    default the league cell holds); returns each one's status."""
+    from graphattn.runner.train import run_experiment
+
+    status: dict[tuple[str, str, int], str] = {}
+    for task in tasks:
+        for entrant in entrants:
+            if (entrant, task) in NOT_APPLICABLE:
+                continue
+            for i in range(len(SEARCH[entrant])):
+                folder = search_dir(out, task, entrant, i)
+                cfg = setting_config(task, entrant, i, seeds=list(SEARCH_SEEDS), out=folder)
+                exists, _, diff = earlier_run(folder, cfg)
+                in_cell = i == 0 and _seed_result(folder, SEARCH_SEEDS[0]) is None
+                if setting_result(out, task, entrant, i) is not None and (not rerun or in_cell):
+                    status[(task, entrant, i)] = "reused"  # the league cell's is never retrained
+                    continue
+                cfg.update(threads=threads, progress=progress)
+                if rerun:
+                    cfg["overwrite"] = True
+                elif exists:
+                    cfg["resume"] = True
+                try:
+                    if exists and diff and not rerun:
+                        raise ValueError(f"{folder} holds a run of another configuration (it "
+                                         f"differs in {diff}); pass --rerun to replace it")
+                    run_experiment(cfg)
+                except Exception as exc:  # reported in the table with keep_going
+                    if not keep_going:
+                        raise
+                    status[(task, entrant, i)] = f"failed: {type(exc).__name__}: {exc}"
+                    continue
+                status[(task, entrant, i)] = "trained"
+    return status
+
+
+def describe(entrant: str, setting: int) -> str:
+    """A setting in words: ``default`` or its overrides as compact JSON."""
+    if setting == 0:
+        return "default"
+    return json.dumps(SEARCH[entrant][setting], separators=(",", ":"))
+
+
+def search_table(out: str | Path, tasks: list[str], entrants: list[str]) -> str:
+    """Markdown: for each entrant and task, the search seed's validation metric of every setting
+    (``–`` not run), the chosen one in bold; then the settings themselves."""
+    lines = ["| entrant | " + " | ".join(tasks) + " |", "|---|" + "---|" * len(tasks)]
+    for e in entrants:
+        cells = []
+        for t in tasks:
+            if (e, t) in NOT_APPLICABLE:
+                cells.append("n/a")
+                continue
+            best = chosen(out, t, e)
+            vals = []
+            for i in range(len(SEARCH[e])):
+                row = setting_result(out, t, e, i)
+                text = "–" if row is None else f"{float(row['val']):.3f}"
+                vals.append(f"**{text}**" if i == best else text)
+            cells.append(" / ".join(vals))
+        lines.append(f"| {e} | " + " | ".join(cells) + " |")
+    lines += ["", "Settings, in the order of the cells above:", ""]
+    lines += [f"* {e}: " + "; ".join(f"{i}: `{describe(e, i)}`" for i in range(len(SEARCH[e])))
+              for e in entrants]
+    return "\n".join(lines) + "\n"

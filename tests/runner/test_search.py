@@ -1,0 +1,139 @@
+"""``graphattn league --search``: the same budget for every entrant, every setting trains, the
+choice goes by validation only, and ``--tuned`` trains the cell with the chosen setting."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+
+from graphattn.__main__ import main as cli
+from graphattn.runner import league, search
+from graphattn.runner.config import resolve_config
+from graphattn.runner.league import ENTRANTS, PROTOCOLS, league_config, run_dir, run_league
+from graphattn.runner.search import (
+    MAX_SETTINGS,
+    SEARCH,
+    chosen,
+    run_search,
+    search_dir,
+    search_table,
+    setting_config,
+)
+from tests.runner.test_configs import tiny
+
+
+@pytest.fixture
+def tiny_listops(tmp_path, monkeypatch):
+    """The ListOps protocol shrunk to tiny data (as ``test_configs.tiny``), SAC's warm start to 2
+    steps in every setting, so that a run crosses it."""
+    small = tiny(league_config("listops", "full", seeds=[0], out=tmp_path), tmp_path / "unused")
+    keep = ("task", "task_kwargs", "conv", "layers", "hidden", "heads", "warmup_epochs", "epochs",
+            "batch_size", "patience", "time_budget")
+    protocol = {k: small[k] for k in keep if k in small}
+    protocol["epochs"] = 2  # the warm-up epoch, then the schedule (SAC's 2-step warm start within)
+    monkeypatch.setitem(PROTOCOLS, "listops", protocol)
+    sac = []
+    for s in SEARCH["sac"]:
+        s = copy.deepcopy(s)
+        if "producer" in s:
+            s["producer"]["warm_start"] = 2
+        sac.append(s)
+    monkeypatch.setitem(ENTRANTS, "sac", {"producer": {**ENTRANTS["sac"]["producer"],
+                                                       "warm_start": 2}})
+    monkeypatch.setitem(SEARCH, "sac", tuple(sac))
+    return tmp_path
+
+
+def test_every_entrant_gets_the_same_budget_with_its_default_first():
+    assert set(SEARCH) == set(ENTRANTS)
+    for entrant, settings in SEARCH.items():
+        assert len(settings) == MAX_SETTINGS and settings[0] == {}, entrant
+        resolved = [json.dumps(resolve_config(setting_config(task, entrant, i, seeds=[0],
+                                                             out="unused")), sort_keys=True,
+                               default=str)
+                    for task in PROTOCOLS for i in range(len(settings))]
+        assert len(set(resolved)) == len(resolved), f"{entrant}: two settings are the same run"
+
+
+def test_a_setting_out_of_range_is_refused():
+    with pytest.raises(ValueError, match=r"'setting' of 'samsa' must be an int in \[0, 4\)"):
+        setting_config("cora", "samsa", 4, seeds=[0], out="unused")
+
+
+def test_every_setting_trains_and_the_default_is_the_league_cell(tiny_listops):
+    out = tiny_listops
+    entrants = list(ENTRANTS)
+    run_league(["listops"], entrants, seeds=[0], out=out, progress=False)
+    status = run_search(["listops"], entrants, out=out, progress=False)
+    assert {s for (_, _, i), s in status.items() if i == 0} == {"reused"}  # the league cells
+    assert {s for (_, _, i), s in status.items() if i > 0} == {"trained"}, status
+    assert not search_dir(out, "listops", "full", 0).exists()
+    again = run_search(["listops"], entrants, out=out, progress=False)
+    assert set(again.values()) == {"reused"}
+    table = search_table(out, ["listops"], entrants)
+    for entrant in entrants:
+        best = chosen(out, "listops", entrant)
+        assert best is not None
+        row = next(line for line in table.splitlines() if line.startswith(f"| {entrant} |"))
+        assert row.split("|")[2].split(" / ")[best].strip().startswith("**")
+
+
+def _write(folder, cfg, val, test):
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps(resolve_config(cfg), default=str))
+    (folder / "results.jsonl").write_text(json.dumps(
+        {"seed": 0, "val": val, "test": test, "metric": "accuracy"}) + "\n")
+    (folder / "summary.json").write_text(json.dumps({"seeds": [0]}))
+
+
+def test_the_choice_goes_by_validation_and_a_tie_keeps_the_default(tmp_path):
+    vals = [0.50, 0.60, 0.55, 0.60]
+    for i, val in enumerate(vals):
+        folder = search_dir(tmp_path, "cora", "samsa", i)
+        _write(folder, setting_config("cora", "samsa", i, seeds=[0], out=folder), val,
+               test=1.0 - val)  # the test metric would choose otherwise: it is never read
+    assert chosen(tmp_path, "cora", "samsa") == 1
+    # the league cell with the default configuration is setting 0's result
+    cell = run_dir(tmp_path, "cora", "samsa")
+    _write(cell, league_config("cora", "samsa", seeds=[0], out=tmp_path), 0.60, test=0.0)
+    assert chosen(tmp_path, "cora", "samsa") == 0
+    assert chosen(tmp_path, "cora", "sac") is None  # not run
+    table = search_table(tmp_path, ["cora"], ["samsa", "sliceformer"])
+    assert "| samsa | **0.600** / 0.600 / 0.550 / 0.600 |" in table
+    assert "| sliceformer | n/a |" in table and '1: `{"producer":{"name":"samsa","k":8}}`' in table
+
+
+def test_tuned_trains_the_chosen_setting_and_says_how_to_reproduce_it(tiny_listops, capsys):
+    out = tiny_listops
+    with pytest.raises(ValueError, match=r"the search of listops / window\+global has not "
+                                         r"finished"):
+        run_league(["listops"], ["window+global"], seeds=[0], out=out, progress=False,
+                   tuned=True)
+    for i, val in enumerate([0.1, 0.2, 0.9, 0.3]):
+        folder = search_dir(out, "listops", "window+global", i)
+        _write(folder, setting_config("listops", "window+global", i, seeds=[0], out=folder), val,
+               test=0.5)
+    assert run_league(["listops"], ["window+global"], seeds=[0], out=out, progress=False,
+                      tuned=True) == {("listops", "window+global"): "trained"}
+    ran = json.loads((run_dir(out, "listops", "window+global") / "config.json").read_text())
+    assert ran["producer"]["producers"][0] == {"name": "window", "window": 8}
+    command = league.cell_command(run_dir(out, "listops", "window+global"), "listops",
+                                  "window+global", out)
+    assert '"window": 8' in command and "--set" in command
+    # --search and its table from the CLI; --set is refused with it
+    assert cli(["league", "--search", "--table-only", "--tasks", "listops", "--entrants",
+                "window+global", "--out", str(out)]) == 0
+    assert "**0.900**" in (out / "search.md").read_text()
+    capsys.readouterr()
+    assert cli(["league", "--search", "--tasks", "listops", "--out", str(out), "--set",
+                '{"epochs": 1}']) == 2
+    assert "takes no --set" in capsys.readouterr().err
+
+
+def test_search_module_stays_below_the_league(monkeypatch):
+    """The search reads the league's tables at call time (a patched entrant is seen)."""
+    monkeypatch.setitem(SEARCH, "full", ({}, {"attn_dropout": 0.2}))
+    cfg = setting_config("cora", "full", 1, seeds=[0], out="x")
+    assert cfg["attn_dropout"] == 0.2 and search.SEARCH is SEARCH
