@@ -185,8 +185,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         f"write the tables of every task; GPU tier: {', '.join(GPU_TIER)})")
     p.add_argument("--entrants", nargs="+", default=list(ENTRANTS), choices=list(ENTRANTS),
                    metavar="NAME", help=f"entrants (default: all: {', '.join(ENTRANTS)})")
-    p.add_argument("--seeds", type=int, nargs="+", default=list(range(LEAGUE_SEEDS)), metavar="S",
-                   help="seeds (default: 0 1 2)")
+    p.add_argument("--seeds", type=int, nargs="+", default=None, metavar="S",
+                   help="seeds (default: 0 1 2; the search trains seed 0 of every setting and "
+                        "takes no --seeds)")
     p.add_argument("--out", default="runs/league", metavar="DIR",
                    help="folder of the run folders (default: runs/league)")
     p.add_argument("--set", dest="overrides", type=_json, default=None, metavar="JSON",
@@ -219,7 +220,8 @@ def main(args: argparse.Namespace) -> int:
     if args.search:
         return _search_main(args, train, tasks)
     if not args.table_only:
-        status = run_league(train, args.entrants, seeds=args.seeds, out=args.out,
+        seeds = list(range(LEAGUE_SEEDS)) if args.seeds is None else args.seeds
+        status = run_league(train, args.entrants, seeds=seeds, out=args.out,
                             overrides=args.overrides, rerun=args.rerun, threads=args.threads,
                             progress=args.progress, keep_going=args.keep_going,
                             tuned=args.tuned)
@@ -260,9 +262,10 @@ SEARCH_END = "<!-- /league-search -->"
 
 
 def _search_main(args: argparse.Namespace, train: list[str], tasks: list[str]) -> int:
-    if args.overrides or args.tuned:
-        raise ValueError("--search trains each entrant's settings on the league's protocols: it "
-                         "takes no --set and no --tuned")
+    if args.overrides or args.tuned or args.seeds is not None:
+        raise ValueError("--search trains seed 0 of each entrant's settings on the league's "
+                         "protocols (the same budget for all): it takes no --set, --seeds or "
+                         "--tuned")
     status: dict[tuple[str, str, int], str] = {}
     if not args.table_only:
         status = run_search(train, args.entrants, out=args.out, threads=args.threads,

@@ -206,6 +206,12 @@ def test_the_documented_league_tables_are_the_committed_folders():
     blocks = find_blocks((root / "docs" / "league.md").read_text(encoding="utf-8"), CLAIMS_START,
                          CLAIMS_END)
     assert [b.body for b in blocks] == [claims_table(out)]
+    from graphattn.runner.league import SEARCH_END, SEARCH_START
+    from graphattn.runner.search import search_table
+
+    blocks = find_blocks((root / "docs" / "league.md").read_text(encoding="utf-8"), SEARCH_START,
+                         SEARCH_END)
+    assert [b.body for b in blocks] == [search_table(out, list(PROTOCOLS), list(ENTRANTS))]
 
 
 def test_the_gpu_tier_is_not_trained_without_tasks_and_says_so(tmp_path, monkeypatch, capsys):

@@ -129,7 +129,9 @@ def test_tuned_trains_the_chosen_setting_and_says_how_to_reproduce_it(tiny_listo
     capsys.readouterr()
     assert cli(["league", "--search", "--tasks", "listops", "--out", str(out), "--set",
                 '{"epochs": 1}']) == 2
-    assert "takes no --set" in capsys.readouterr().err
+    assert "it takes no --set, --seeds or --tuned" in capsys.readouterr().err
+    assert cli(["league", "--search", "--tasks", "listops", "--out", str(out), "--seeds", "1"]) == 2
+    capsys.readouterr()
 
 
 def test_search_module_stays_below_the_league(monkeypatch):
