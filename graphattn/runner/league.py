@@ -40,7 +40,14 @@ from graphattn.runner.protocols import (
     run_dir,
     task_validity,
 )
-from graphattn.runner.search import SEARCH, chosen, run_search, search_table
+from graphattn.runner.search import (
+    SEARCH,
+    cell_setting,
+    chosen,
+    keep_default,
+    run_search,
+    search_table,
+)
 from graphattn.runner.table import read_run, render
 
 __all__ = ["CPU_TIER", "ENTRANTS", "GPU_TIER", "LEAGUE_SEEDS", "NOT_APPLICABLE", "PAPER",
@@ -54,10 +61,12 @@ def _cell(folder: Path, task: str, entrant: str) -> str:
     tests = cell_tests(folder)
     if not tests:
         return "not run (GPU tier)" if task in GPU_TIER else "not run"
+    setting = cell_setting(folder, task, entrant)
+    tag = f" (setting {setting})" if setting else ""
     if len(tests) == 1:
-        return f"{tests[0]:.3f} (1 seed)"
+        return f"{tests[0]:.3f} (1 seed){tag}"
     cell = f"{statistics.mean(tests):.3f} ± {statistics.stdev(tests):.3f}"
-    return cell if len(tests) >= LEAGUE_SEEDS else f"{cell} ({len(tests)} seeds)"
+    return (cell if len(tests) >= LEAGUE_SEEDS else f"{cell} ({len(tests)} seeds)") + tag
 
 
 def league_table(out: str | Path, tasks: list[str], entrants: list[str]) -> str:
@@ -109,7 +118,9 @@ def run_league(tasks: list[str], entrants: list[str], *, seeds: list[int], out: 
     """Trains every (task, entrant) cell not finished yet; returns each cell's status
     (``"reused"``, ``"trained"`` or ``"failed: ..."`` with ``keep_going``). ``tuned``: each cell
     with the setting its search chose (:func:`graphattn.runner.search.chosen`; a cell whose search
-    has not finished is an error)."""
+    has not finished is an error); a default cell whose search chose another setting is replaced
+    (its search seed first copied to the search's setting 0, :func:`~graphattn.runner.search.
+    keep_default`)."""
     from graphattn.runner.train import run_experiment
 
     status: dict[tuple[str, str], str] = {}
@@ -133,16 +144,22 @@ def run_league(tasks: list[str], entrants: list[str], *, seeds: list[int], out: 
                                 setting=SEARCH[entrant][best])
             folder = Path(cfg["out"])
             exists, finished, diff = earlier_run(folder, cfg)
-            if finished and not rerun:
+            default = league_config(task, entrant, seeds=seeds, out=out, overrides=overrides)
+            if tuned and best and exists and diff and not earlier_run(folder, default)[2]:
+                keep_default(out, task, entrant)  # the search's setting 0 keeps its seed
+                rerun_cell = True  # the search chose another setting than the default cell's
+            else:
+                rerun_cell = rerun
+            if finished and not rerun_cell:
                 status[(task, entrant)] = "reused"
                 continue
             cfg.update(threads=threads, progress=progress)
-            if rerun:
+            if rerun_cell:
                 cfg["overwrite"] = True
             elif exists:
                 cfg["resume"] = True  # the same protocol, unfinished: continue it
             try:
-                if exists and diff and not rerun:
+                if exists and diff and not rerun_cell:
                     raise ValueError(f"{folder} holds a run of another configuration (it differs "
                                      f"in {diff}); pass --rerun to replace it, or choose "
                                      f"another --out")

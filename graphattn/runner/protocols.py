@@ -126,8 +126,7 @@ ENTRANTS: dict[str, dict[str, Any]] = {
 
 #: (entrant, task) cells that are not trained, with the reason the table prints
 NOT_APPLICABLE: dict[tuple[str, str], str] = {
-    ("sliceformer", "cora"): "n/a: order-dependent (node r gets the r-th order statistic, not its "
-                             "own value; see docs/league.md)",
+    ("sliceformer", "cora"): "n/a: order-dependent (see docs/league.md)",
 }
 NOT_APPLICABLE[("sliceformer", "citeseer")] = NOT_APPLICABLE[("sliceformer", "cora")]
 

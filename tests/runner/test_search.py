@@ -15,6 +15,7 @@ from graphattn.runner.league import ENTRANTS, PROTOCOLS, league_config, run_dir,
 from graphattn.runner.search import (
     MAX_SETTINGS,
     SEARCH,
+    SEARCH_MARGIN,
     chosen,
     run_search,
     search_dir,
@@ -91,14 +92,24 @@ def _write(folder, cfg, val, test):
 def test_the_choice_goes_by_validation_and_a_tie_keeps_the_default(tmp_path):
     vals = [0.50, 0.60, 0.55, 0.60]
     for i, val in enumerate(vals):
-        folder = search_dir(tmp_path, "cora", "samsa", i)
+        folder = search_dir(tmp_path / "a", "cora", "samsa", i)
         _write(folder, setting_config("cora", "samsa", i, seeds=[0], out=folder), val,
                test=1.0 - val)  # the test metric would choose otherwise: it is never read
-    assert chosen(tmp_path, "cora", "samsa") == 1
-    # the league cell with the default configuration is setting 0's result
+    assert chosen(tmp_path / "a", "cora", "samsa") == 1
+    # without a search folder of its own, setting 0's result is the default league cell's
+    for i, val in enumerate(vals[1:], start=1):
+        folder = search_dir(tmp_path, "cora", "samsa", i)
+        _write(folder, setting_config("cora", "samsa", i, seeds=[0], out=folder), val,
+               test=1.0 - val)
+    assert chosen(tmp_path, "cora", "samsa") is None
     cell = run_dir(tmp_path, "cora", "samsa")
     _write(cell, league_config("cora", "samsa", seeds=[0], out=tmp_path), 0.60, test=0.0)
-    assert chosen(tmp_path, "cora", "samsa") == 0
+    assert chosen(tmp_path, "cora", "samsa") == 0  # a tie keeps the default
+    # a lead under SEARCH_MARGIN keeps the default too: one seed cannot tell it apart
+    for i, val in enumerate([0.50, 0.505, 0.509, 0.40]):
+        folder = search_dir(tmp_path / "b", "cora", "samsa", i)
+        _write(folder, setting_config("cora", "samsa", i, seeds=[0], out=folder), val, test=0.5)
+    assert SEARCH_MARGIN == 0.01 and chosen(tmp_path / "b", "cora", "samsa") == 0
     assert chosen(tmp_path, "cora", "sac") is None  # not run
     table = search_table(tmp_path, ["cora"], ["samsa", "sliceformer"])
     assert "| samsa | **0.600** / 0.600 / 0.550 / 0.600 |" in table
@@ -132,6 +143,28 @@ def test_tuned_trains_the_chosen_setting_and_says_how_to_reproduce_it(tiny_listo
     assert "it takes no --set, --seeds or --tuned" in capsys.readouterr().err
     assert cli(["league", "--search", "--tasks", "listops", "--out", str(out), "--seeds", "1"]) == 2
     capsys.readouterr()
+
+
+def test_tuned_replaces_a_default_cell_and_the_search_keeps_its_default(tiny_listops):
+    """A default cell whose search chose another setting is retrained with it; the default's seed
+    0 moves to the search's setting 0 first, so the choice still stands afterwards."""
+    out = tiny_listops
+    run_league(["listops"], ["window+global"], seeds=[0], out=out, progress=False)
+    default_val = json.loads((run_dir(out, "listops", "window+global") / "results.jsonl")
+                             .read_text())["val"]
+    for i in (1, 2, 3):
+        folder = search_dir(out, "listops", "window+global", i)
+        _write(folder, setting_config("listops", "window+global", i, seeds=[0], out=folder),
+               2.0 if i == 2 else -1.0, test=0.5)  # setting 2 beats any accuracy
+    assert chosen(out, "listops", "window+global") == 2
+    assert run_league(["listops"], ["window+global"], seeds=[0], out=out, progress=False,
+                      tuned=True) == {("listops", "window+global"): "trained"}
+    kept = json.loads((search_dir(out, "listops", "window+global", 0) / "results.jsonl")
+                      .read_text())
+    assert kept["val"] == default_val and chosen(out, "listops", "window+global") == 2
+    assert "(setting 2)" in league.league_table(out, ["listops"], ["window+global"])
+    assert run_league(["listops"], ["window+global"], seeds=[0], out=out, progress=False,
+                      tuned=True) == {("listops", "window+global"): "reused"}
 
 
 def test_search_module_stays_below_the_league(monkeypatch):
