@@ -71,12 +71,11 @@ def build_model(cfg: dict[str, Any], task: Task) -> nn.Module:
             kwargs["in_channels"] = width
     where = {a: f"set by --{'/--'.join(k.replace('_', '-') for k in _CONFIG_KEYS[a])}"
              for a in kwargs if a in _CONFIG_KEYS}
-    both = sorted(a for a in model_kwargs if a in kwargs and a in _CONFIG_KEYS
-                  and _user_chose(cfg, a))
-    if both:
-        raise ValueError(f"model argument(s) {', '.join(map(repr, both))} set twice: "
-                         f"{', '.join(where[a] for a in both)}, and in --model-kwargs; set each "
-                         f"once")
+    both = sorted(a for a in model_kwargs if a in _CONFIG_KEYS)
+    if both:  # the config key would be overridden without a word
+        keys = ", ".join("--" + _CONFIG_KEYS[a][0].replace("_", "-") for a in both)
+        raise ValueError(f"model argument(s) {', '.join(map(repr, both))} in --model-kwargs: "
+                         f"set them with {keys} instead")
     where.update({k: "in --model-kwargs" for k in model_kwargs})
     check_model_options(name, {**kwargs, **model_kwargs}, where)
     try:  # --model-kwargs over the task's defaults (e.g. its read-out) and the runner's

@@ -10,14 +10,20 @@ diagnosis of a claim not shown is prose in ``docs/league.md``.
 
 from __future__ import annotations
 
-import json
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
 from scipy import stats
 
-from graphattn.runner.protocols import ENTRANTS, GPU_TIER, LEAGUE_SEEDS, run_dir, task_validity
+from graphattn.runner.protocols import (
+    ENTRANTS,
+    GPU_TIER,
+    LEAGUE_SEEDS,
+    cell_results,
+    run_dir,
+    task_validity,
+)
 
 
 @dataclass(frozen=True)
@@ -48,15 +54,6 @@ CLAIMS: tuple[Claim, ...] = (
 )
 
 
-def _results(folder: Path) -> list[dict]:
-    try:
-        json.loads((folder / "summary.json").read_text())
-        return [json.loads(line) for line in (folder / "results.jsonl").read_text().splitlines()
-                if line.strip()]
-    except (OSError, ValueError):
-        return []
-
-
 def _folder(out: str | Path, claim: Claim, entrant: str) -> Path:
     if entrant in ENTRANTS:
         return run_dir(out, claim.task, entrant)
@@ -77,8 +74,8 @@ def _summary(tests: list[float]) -> str:
 
 def evaluate(out: str | Path, claim: Claim) -> dict[str, str]:
     """One claim's row: ``entrant``, ``reference``, ``difference``, ``p``, ``status``."""
-    mine = _results(_folder(out, claim, claim.entrant))
-    ref = _results(_folder(out, claim, claim.reference))
+    mine = cell_results(_folder(out, claim, claim.entrant))
+    ref = cell_results(_folder(out, claim, claim.reference))
     a = [float(r["test"]) for r in mine]
     b = [float(r["test"]) for r in ref]
     row = {"entrant": _summary(a) if a else "not run", "reference": _summary(b) if b else "not run",

@@ -34,11 +34,13 @@ from graphattn.runner.protocols import (
     PAPER,
     PROTOCOLS,
     REFERENCES,
+    cell_results,
     cell_tests,
     earlier_run,
     league_config,
     run_dir,
     task_validity,
+    train_folder,
 )
 from graphattn.runner.search import (
     SEARCH,
@@ -121,49 +123,34 @@ def run_league(tasks: list[str], entrants: list[str], *, seeds: list[int], out: 
     has not finished is an error); a default cell whose search chose another setting is replaced
     (its search seed first copied to the search's setting 0, :func:`~graphattn.runner.search.
     keep_default`)."""
-    from graphattn.runner.train import run_experiment
-
     status: dict[tuple[str, str], str] = {}
     for task in tasks:
         for entrant in entrants:
             if (entrant, task) in NOT_APPLICABLE:
                 status[(task, entrant)] = "n/a"
                 continue
-            try:
-                best = chosen(out, task, entrant) if tuned else 0
-                if best is None:
-                    raise ValueError(f"--tuned: the search of {task} / {entrant} has not finished "
-                                     f"(graphattn league --search --tasks {task} --entrants "
-                                     f"{entrant})")
-            except ValueError as exc:
+            best = chosen(out, task, entrant) if tuned else 0
+            if best is None:
+                unfinished = ValueError(f"--tuned: the search of {task} / {entrant} has not "
+                                        f"finished (graphattn league --search --tasks {task} "
+                                        f"--entrants {entrant})")
                 if not keep_going:
-                    raise
-                status[(task, entrant)] = f"failed: ValueError: {exc}"
+                    raise unfinished
+                status[(task, entrant)] = f"failed: ValueError: {unfinished}"
                 continue
             cfg = league_config(task, entrant, seeds=seeds, out=out, overrides=overrides,
                                 setting=SEARCH[entrant][best])
-            folder = Path(cfg["out"])
-            exists, finished, diff = earlier_run(folder, cfg)
-            default = league_config(task, entrant, seeds=seeds, out=out, overrides=overrides)
-            if tuned and best and exists and diff and not earlier_run(folder, default)[2]:
+            exists, finished, diff = earlier_run(Path(cfg["out"]), cfg)
+            replace = rerun
+            if best and exists and diff and not earlier_run(Path(cfg["out"]), league_config(
+                    task, entrant, seeds=seeds, out=out, overrides=overrides))[2]:
                 keep_default(out, task, entrant)  # the search's setting 0 keeps its seed
-                rerun_cell = True  # the search chose another setting than the default cell's
-            else:
-                rerun_cell = rerun
-            if finished and not rerun_cell:
+                replace = True  # the search chose another setting than the default cell's
+            if finished and not replace:
                 status[(task, entrant)] = "reused"
                 continue
-            cfg.update(threads=threads, progress=progress)
-            if rerun_cell:
-                cfg["overwrite"] = True
-            elif exists:
-                cfg["resume"] = True  # the same protocol, unfinished: continue it
             try:
-                if exists and diff and not rerun_cell:
-                    raise ValueError(f"{folder} holds a run of another configuration (it differs "
-                                     f"in {diff}); pass --rerun to replace it, or choose "
-                                     f"another --out")
-                run_experiment(cfg)
+                train_folder(cfg, rerun=replace, threads=threads, progress=progress)
             except Exception as exc:  # reported in the table with keep_going
                 if not keep_going:
                     raise
@@ -178,9 +165,7 @@ def cell_command(folder: Path, task: str, entrant: str, out: str | Path) -> str:
     ``--set`` changes of its configuration from the protocol, if any)."""
     import shlex
 
-    results = [json.loads(line) for line in (folder / "results.jsonl").read_text().splitlines()
-               if line.strip()]
-    seeds = sorted(int(r["seed"]) for r in results)
+    seeds = sorted(int(r["seed"]) for r in cell_results(folder))
     ran = json.loads((folder / "config.json").read_text())
     from graphattn.runner.config import resolve_config
 

@@ -201,15 +201,41 @@ def earlier_run(folder: Path, cfg: dict[str, Any]) -> tuple[bool, bool, list[str
     return True, sorted(seeds) == sorted(cfg["seeds"]) and not diff, diff
 
 
-def cell_tests(folder: Path) -> list[float]:
-    """The test metric of every finished seed of the run in ``folder`` (empty: not run)."""
+def cell_results(folder: Path) -> list[dict[str, Any]]:
+    """The result row of every finished seed of the run in ``folder`` (``results.jsonl``, which
+    the runner writes with ``summary.json``; empty: not run)."""
     try:
         results = [json.loads(line) for line in (folder / "results.jsonl").read_text().splitlines()
                    if line.strip()]
         json.loads((folder / "summary.json").read_text())
     except (OSError, ValueError):
         return []
-    return [float(r["test"]) for r in results]
+    return results
+
+
+def cell_tests(folder: Path) -> list[float]:
+    """The test metric of every finished seed of the run in ``folder`` (empty: not run)."""
+    return [float(r["test"]) for r in cell_results(folder)]
+
+
+def train_folder(cfg: dict[str, Any], *, rerun: bool, threads: int | None,
+                 progress: bool) -> None:
+    """Trains the run ``cfg`` into its folder ``cfg["out"]``: resumed where the folder holds the
+    same configuration, replaced with ``rerun``, refused (naming the differing keys) where it
+    holds another one."""
+    from graphattn.runner.train import run_experiment
+
+    folder = Path(cfg["out"])
+    exists, _, diff = earlier_run(folder, cfg)
+    if exists and diff and not rerun:
+        raise ValueError(f"{folder} holds a run of another configuration (it differs in {diff}); "
+                         f"pass --rerun to replace it, or choose another --out")
+    cfg = {**cfg, "threads": threads, "progress": progress}
+    if rerun:
+        cfg["overwrite"] = True
+    elif exists:
+        cfg["resume"] = True  # the same configuration, unfinished: continue it
+    run_experiment(cfg)
 
 
 #: seeds of a finished cell (``graphattn league``'s default); a cell with fewer says how many

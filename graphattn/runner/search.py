@@ -19,7 +19,15 @@ import json
 from pathlib import Path
 from typing import Any
 
-from graphattn.runner.protocols import ENTRANTS, NOT_APPLICABLE, earlier_run, league_config, run_dir
+from graphattn.runner.protocols import (
+    ENTRANTS,
+    NOT_APPLICABLE,
+    cell_results,
+    earlier_run,
+    league_config,
+    run_dir,
+    train_folder,
+)
 
 #: the most settings an entrant is given (its default included): the same budget for all
 MAX_SETTINGS = 4
@@ -106,16 +114,7 @@ def search_dir(out: str | Path, task: str, entrant: str, setting: int) -> Path:
 
 
 def _seed_result(folder: Path, seed: int) -> dict[str, Any] | None:
-    try:
-        lines = (folder / "results.jsonl").read_text().splitlines()
-    except OSError:
-        return None
-    for line in lines:
-        if line.strip():
-            row = json.loads(line)
-            if int(row["seed"]) == seed:
-                return row
-    return None
+    return next((r for r in cell_results(folder) if int(r["seed"]) == seed), None)
 
 
 def _same_config(folder: Path, cfg: dict[str, Any]) -> bool:
@@ -179,7 +178,14 @@ def chosen(out: str | Path, task: str, entrant: str) -> int | None:
     """The index of the setting with the best validation metric on the search seed (``None``
     while a setting has not run; ties go to the lower index), or ``0`` (the default) unless that
     one beats the default by :data:`SEARCH_MARGIN`."""
-    rows = [setting_result(out, task, entrant, i) for i in range(len(SEARCH[entrant]))]
+    return _choose(_rows(out, task, entrant))
+
+
+def _rows(out: str | Path, task: str, entrant: str) -> list[dict[str, Any] | None]:
+    return [setting_result(out, task, entrant, i) for i in range(len(SEARCH[entrant]))]
+
+
+def _choose(rows: list[dict[str, Any] | None]) -> int | None:
     if any(r is None for r in rows):
         return None
     sign = -1.0 if rows[0].get("metric") == "mae" else 1.0  # type: ignore[union-attr]
@@ -193,8 +199,6 @@ def run_search(tasks: list[str], entrants: list[str], *, out: str | Path,
                keep_going: bool = False) -> dict[tuple[str, str, int], str]:
     """Trains every setting not run yet (:func:`setting_result`; ``rerun``: every setting but a
     default the league cell holds); returns each one's status."""
-    from graphattn.runner.train import run_experiment
-
     status: dict[tuple[str, str, int], str] = {}
     for task in tasks:
         for entrant in entrants:
@@ -203,21 +207,12 @@ def run_search(tasks: list[str], entrants: list[str], *, out: str | Path,
             for i in range(len(SEARCH[entrant])):
                 folder = search_dir(out, task, entrant, i)
                 cfg = setting_config(task, entrant, i, seeds=list(SEARCH_SEEDS), out=folder)
-                exists, _, diff = earlier_run(folder, cfg)
                 in_cell = i == 0 and _seed_result(folder, SEARCH_SEEDS[0]) is None
                 if setting_result(out, task, entrant, i) is not None and (not rerun or in_cell):
                     status[(task, entrant, i)] = "reused"  # the league cell's is never retrained
                     continue
-                cfg.update(threads=threads, progress=progress)
-                if rerun:
-                    cfg["overwrite"] = True
-                elif exists:
-                    cfg["resume"] = True
                 try:
-                    if exists and diff and not rerun:
-                        raise ValueError(f"{folder} holds a run of another configuration (it "
-                                         f"differs in {diff}); pass --rerun to replace it")
-                    run_experiment(cfg)
+                    train_folder(cfg, rerun=rerun, threads=threads, progress=progress)
                 except Exception as exc:  # reported in the table with keep_going
                     if not keep_going:
                         raise
@@ -244,10 +239,10 @@ def search_table(out: str | Path, tasks: list[str], entrants: list[str]) -> str:
             if (e, t) in NOT_APPLICABLE:
                 cells.append("n/a")
                 continue
-            best = chosen(out, t, e)
+            rows = _rows(out, t, e)
+            best = _choose(rows)
             vals = []
-            for i in range(len(SEARCH[e])):
-                row = setting_result(out, t, e, i)
+            for i, row in enumerate(rows):
                 text = "–" if row is None else f"{float(row['val']):.3f}"
                 vals.append(f"**{text}**" if i == best else text)
             cells.append(" / ".join(vals))

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from graphattn.__main__ import main as cli
-from graphattn.runner import league, search
+from graphattn.runner import league
 from graphattn.runner.config import resolve_config
 from graphattn.runner.league import ENTRANTS, PROTOCOLS, league_config, run_dir, run_league
 from graphattn.runner.search import (
@@ -167,8 +167,9 @@ def test_tuned_replaces_a_default_cell_and_the_search_keeps_its_default(tiny_lis
                       tuned=True) == {("listops", "window+global"): "reused"}
 
 
-def test_search_module_stays_below_the_league(monkeypatch):
-    """The search reads the league's tables at call time (a patched entrant is seen)."""
-    monkeypatch.setitem(SEARCH, "full", ({}, {"attn_dropout": 0.2}))
-    cfg = setting_config("cora", "full", 1, seeds=[0], out="x")
-    assert cfg["attn_dropout"] == 0.2 and search.SEARCH is SEARCH
+def test_a_setting_goes_over_the_entrant_and_under_nothing_else(monkeypatch):
+    """A setting's keys replace the entrant's and the protocol's (read at call time)."""
+    monkeypatch.setitem(SEARCH, "converter", ({}, {"attn_dropout": 0.2}))
+    cfg = setting_config("cora", "converter", 1, seeds=[0], out="x")
+    assert cfg["attn_dropout"] == 0.2 and ENTRANTS["converter"]["attn_dropout"] == 0.0
+    assert cfg["lr"] == PROTOCOLS["cora"]["lr"] and cfg["out"] == "x"
