@@ -313,5 +313,10 @@ class EdgeProducer(nn.Module):
         ``False`` by default."""
         return False
 
+    def policy_parameters(self) -> list[nn.Parameter]:
+        """The parameters trained by the policy gradient only (e.g. SAC's edge predictor), which the
+        runner's ``pg_lr`` gives a learning rate of their own. None by default."""
+        return []
+
     def extra_repr(self) -> str:
         return ""

@@ -146,6 +146,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="weight of the REINFORCE surrogate of sampling producers (SAC)" + _d("pg_weight"))
     o.add_argument("--pg-momentum", type=float, metavar="M",
                    help="momentum of the REINFORCE moving-average baseline" + _d("pg_momentum"))
+    o.add_argument("--pg-lr", type=float, metavar="LR",
+                   help="learning rate of the parameters only the policy gradient trains (SAC's edge "
+                        "predictor; default: --lr)")
     o.add_argument("--consistency-samples", type=int, metavar="S",
                    help="stochastic forward passes per step (dropout, DropNode, sampled edge sets); "
                         "S > 1 adds the consistency loss between them (GRAND)"

@@ -59,6 +59,8 @@ DEFAULTS: dict[str, Any] = {
     "aux_weight": 1.0,
     "pg_weight": 1.0,
     "pg_momentum": 0.9,
+    # learning rate of the parameters only the policy gradient trains (SAC's predictor); none: lr
+    "pg_lr": None,
     # consistency regularisation (GRAND): S stochastic passes per step, weight, temperature
     "consistency_samples": 1,
     "consistency_weight": 1.0,
@@ -240,6 +242,7 @@ SCHEMA: dict[str, tuple[Callable[[Any], bool], str]] = {
     "aux_weight": _NONNEG_NUM,
     "pg_weight": _NONNEG_NUM,
     "pg_momentum": _PROB,
+    "pg_lr": (_optional(_POS_NUM[0]), "a positive number (leave it out: the lr)"),
     "consistency_samples": _POS_INT,
     "consistency_weight": _NONNEG_NUM,
     "consistency_temperature": _POS_NUM,

@@ -80,8 +80,9 @@ def _search() -> dict[str, tuple[dict[str, Any], ...]]:
         "sliceformer": ({}, _patch(E["sliceformer"], order="descend"),
                         _patch(E["sliceformer"], order="interleave"),
                         _patch(E["sliceformer"], order="max_exchange")),
+        # the fourth: the predictor imitates the input edges during the warm start (docs/league.md)
         "sac": ({}, _patch(E["sac"], max_distance=1), _patch(E["sac"], alpha=2),
-                _patch(E["sac"], decode="sample")),
+                _patch(E["sac"], warm_start_imitation=1.0)),
         # the paper's initialisation leaves the shift ≈ the identity at width 64; the third
         # setting starts it mixing (docs/converter.md)
         "converter": ({}, _patch(E["converter"], order=4), _patch(E["converter"], kernel="jackson"),

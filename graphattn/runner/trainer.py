@@ -19,6 +19,7 @@ from torch_geometric.loader import DataLoader
 from tqdm.auto import tqdm
 
 from graphattn.consistency import consistency_loss
+from graphattn.core.contract import EdgeProducer
 from graphattn.core.index import default_batch
 from graphattn.core.policy import ReinforceBaseline, per_graph_log_likelihood
 from graphattn.data.store import atomic_torch_save
@@ -131,7 +132,8 @@ class Trainer:
                 _TrainingForward(self.model), find_unused_parameters=True,
                 device_ids=[self.device.index] if self.device.type == "cuda" else None)
         opt = torch.optim.AdamW if cfg["optimizer"] == "adamw" else torch.optim.Adam
-        self.optimizer = opt(self.model.parameters(), lr=cfg["lr"], weight_decay=cfg["weight_decay"])
+        self.optimizer = opt(_param_groups(self.model, cfg), lr=cfg["lr"],
+                             weight_decay=cfg["weight_decay"])
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self._lr_factor)
         self.baseline = ReinforceBaseline(cfg["pg_momentum"])
         self.loader_gen = torch.Generator()
@@ -604,3 +606,21 @@ def _density(model: GraphModel) -> list[dict[str, float] | None]:
                 stats[k] = round(float(v), 4)
         out.append(stats)
     return out
+
+
+def _param_groups(model: nn.Module, cfg: dict[str, Any]) -> Any:
+    """The optimizer's parameters: all in one group, or with ``pg_lr`` the producers' policy
+    parameters (:meth:`~graphattn.producers.EdgeProducer.policy_parameters`) in a group of that
+    learning rate (a ``ValueError`` when the model has none: the option would do nothing)."""
+    if cfg["pg_lr"] is None:
+        return model.parameters()
+    policy: dict[int, nn.Parameter] = {}
+    for module in model.modules():
+        if isinstance(module, EdgeProducer):
+            policy.update((id(p), p) for p in module.policy_parameters())
+    if not policy:
+        raise ValueError("'pg_lr' sets the learning rate of the parameters only the policy gradient "
+                         "trains (SAC's edge predictor), but this model has none")
+    rest = [p for p in model.parameters() if id(p) not in policy]
+    return [{"params": rest}, {"params": list(policy.values()), "lr": cfg["pg_lr"]}]
+

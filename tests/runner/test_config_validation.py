@@ -72,6 +72,7 @@ def _one_line_error(capsys, argv) -> str:
     (["--dropout", "1"], "--dropout must be a number in [0, 1), got 1.0"),
     (["--attn-dropout", "-0.1"], "--attn-dropout must be a number in [0, 1)"),
     (["--pg-momentum", "1.5"], "--pg-momentum must be a number in [0, 1)"),
+    (["--pg-lr", "0"], "--pg-lr must be a positive number"),
     (["--aux-weight", "-1"], "--aux-weight must be a non-negative number"),
     (["--epochs", "0"], "--epochs must be a positive int, got 0"),
     (["--hidden", "-8"], "--hidden must be a positive int"),

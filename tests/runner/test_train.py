@@ -254,6 +254,27 @@ def test_aux_and_policy_losses_reach_the_producer(mirror, tmp_path):
     assert tr.baseline.value is not None
 
 
+def test_pg_lr_gives_the_policy_parameters_their_own_learning_rate(mirror):
+    from graphattn.runner import build_task
+
+    task = build_task("cora")
+    spec = {"name": "sac", "alpha": 1, "all_nodes": True, "warm_start": 1, "shared": True,
+            "max_distance": 1}
+    cfg = resolve_config({"task": "cora", "conv": "none", "producer": spec, "epochs": 1,
+                          "hidden": 16, "heads": 2, "lr": 0.01, "pg_lr": 0.001})
+    tr = Trainer(cfg, task, 0, None)
+    groups = tr.optimizer.param_groups
+    (sac,) = {id(m): m for m in tr.model.modules() if type(m).__name__ == "SAC"}.values()
+    assert [g["lr"] for g in groups] == [0.01, 0.001]
+    assert {id(p) for p in groups[1]["params"]} == {id(p) for p in sac.policy_parameters()}
+    assert len(groups[0]["params"]) + len(groups[1]["params"]) == len(list(tr.model.parameters()))
+    # without it: one group, as before the option existed
+    tr = Trainer({**cfg, "pg_lr": None}, task, 0, None)
+    assert len(tr.optimizer.param_groups) == 1
+    with pytest.raises(ValueError, match="'pg_lr'.*has none"):
+        Trainer({**cfg, "producer": "input", "pg_lr": 0.001}, task, 0, None)
+
+
 def test_config_errors():
     with pytest.raises(ValueError, match="unknown config key"):
         resolve_config({"epoch": 3})

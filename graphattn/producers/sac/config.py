@@ -100,11 +100,13 @@ class SACOutputConfig:
 
 @dataclass(frozen=True)
 class SACTrainingConfig:
-    """The training schedule: one prediction per model forward (``share_structure``) and the
-    warm-start passes on the input edges (``warm_start``)."""
+    """The training schedule: one prediction per model forward (``share_structure``), the
+    warm-start passes on the input edges (``warm_start``) and the weight of the predictor's
+    imitation of those edges during them (``warm_start_imitation``, a deviation)."""
 
     share_structure: bool = True
     warm_start: int = 0
+    warm_start_imitation: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -211,6 +213,18 @@ def validate_options(alpha: float, channels: int, num_heads: int | None, heads: 
     entropy_weight = opts["entropy_weight"]
     if not isinstance(entropy_weight, (int, float)) or entropy_weight < 0:
         raise ValueError(f"'entropy_weight' must be a non-negative number, got {entropy_weight!r}")
+    imitation = opts["warm_start_imitation"]
+    if isinstance(imitation, bool) or not isinstance(imitation, (int, float)) or not imitation >= 0 \
+            or imitation == float("inf"):
+        raise ValueError(f"'warm_start_imitation' must be a finite non-negative number, got {imitation!r}")
+    if imitation > 0:
+        if opts["warm_start"] == 0:
+            raise ValueError("'warm_start_imitation' trains the predictor during the warm start: it "
+                             "needs warm_start > 0")
+        if policy != "lstm" or not all_nodes or opts["head_adaptive"]:
+            raise ValueError("'warm_start_imitation' needs policy='lstm', all_nodes=True and "
+                             "head_adaptive=False (the forced sequence gives every node its input "
+                             "neighbours)")
     hidden = opts["hidden"]
     out: dict[str, Any] = {
         "alpha": float(alpha),
@@ -239,6 +253,7 @@ def validate_options(alpha: float, channels: int, num_heads: int | None, heads: 
         "share_structure": bool(opts["share_structure"]),
         "warm_start": check_positive_int("warm_start", opts["warm_start"], allow_zero=True),
         "entropy_weight": float(entropy_weight),
+        "warm_start_imitation": float(imitation),
         "num_candidates": check_positive_int("num_candidates", opts["num_candidates"], allow_zero=True),
     })
     if out["num_candidates"] and (policy != "parallel" or candidates != "all"):

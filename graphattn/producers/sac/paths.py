@@ -102,14 +102,20 @@ class OriginPatterns:
         return out
 
 
+def origin_budget(opt: SACOptions, cand_count: Tensor, no_repeat: bool) -> Tensor:
+    r"""``[B, W]`` edges of every origin in the all-nodes-connected variant: :math:`\alpha`, clamped
+    to its candidates with ``no_repeat`` (0 for an origin without candidates)."""
+    A = int(opt.alpha)
+    return cand_count.clamp(max=A) if no_repeat else torch.where(cand_count > 0, A, 0)
+
+
 def lstm_budget(opt: SACOptions, n: Tensor, cand_count: Tensor, no_repeat: bool, W: int
                 ) -> tuple[Tensor, Tensor | None]:
     r"""``(budget [B], forced origins [B, S] or None)``: :math:`\operatorname{round}(\alpha n)` edges
     per graph (at least one; at most the candidate pairs with ``no_repeat``), or with ``all_nodes``
     every node :math:`\alpha` times (clamped to its candidates with ``no_repeat``) as the origins."""
     if opt.all_nodes:
-        a = cand_count.clamp(max=int(opt.alpha)) if no_repeat else \
-            torch.where(cand_count > 0, int(opt.alpha), 0)
+        a = origin_budget(opt, cand_count, no_repeat)
         return a.sum(-1), origin_schedule(a, W)
     budget = torch.floor(opt.alpha * n.double() + 0.5).long()
     budget = torch.where(n > 0, budget.clamp(min=1), 0)

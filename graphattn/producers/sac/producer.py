@@ -29,7 +29,7 @@ import copy
 from typing import Any
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 from torch.nn.parameter import is_lazy
 from torch_geometric.nn import Linear
 
@@ -46,6 +46,7 @@ from graphattn.producers.sac.config import (
 )
 from graphattn.producers.sac.distances import HopCache, bucket_sizes
 from graphattn.producers.sac.forcing import Actions, forced_actions, forced_log_prob
+from graphattn.producers.sac.imitation import imitation_loss
 from graphattn.producers.sac.lstm import LSTMEdgeDecoder
 from graphattn.producers.sac.parallel import ParallelEdgePolicy
 from graphattn.producers.sac.paths import predict
@@ -130,6 +131,13 @@ class SAC(EdgeProducer):
             plus self-loops (GAT-style; also in evaluation) before switching to predicted edges (the
             paper initialises from a trained GAT). Counted in the buffer ``steps`` (saved with the
             model).
+        warm_start_imitation (float): **deviation**: weight :math:`\lambda` of the predictor's
+            imitation of the input edges during the warm start: every warm-start training pass adds
+            :math:`\lambda` times the mean negative log-likelihood of each node's input
+            in-neighbours under teacher forcing to ``aux_loss``
+            (:mod:`~graphattn.producers.sac.imitation`), so that the first predicted structure
+            follows the input graph instead of a uniform policy (0: off, as in the paper; needs
+            ``policy="lstm"``, ``all_nodes=True``).
         entropy_weight (float): optional entropy bonus: ``aux_loss = -weight · mean entropy`` of the
             predictor's choices (0: off, as in the paper).
         num_candidates (int): parallel policy only, **deviation** for very large graphs: ``0`` =
@@ -174,6 +182,7 @@ class SAC(EdgeProducer):
     pg_to_nodes: bool
     share_structure: bool
     warm_start: int
+    warm_start_imitation: float
     entropy_weight: float
     num_candidates: int
     chunk_size: int
@@ -212,6 +221,11 @@ class SAC(EdgeProducer):
         self.steps.zero_()
         self._shared = None
 
+    def policy_parameters(self) -> list[nn.Parameter]:
+        """The predictor and its node projection: trained by the policy gradient (and the
+        warm-start imitation) only, never by the task loss."""
+        return [*self.node_proj.parameters(), *self.predictor.parameters()]
+
     def in_warm_start(self) -> bool:
         """``True`` while the training forward passes counted in ``steps`` are fewer than
         ``warm_start`` (the next call returns the input edges)."""
@@ -228,6 +242,11 @@ class SAC(EdgeProducer):
             self.steps += 1
         if warm:
             es = warm_start_edges(ctx)
+            if self.warm_start_imitation > 0 and ctx.training and torch.is_grad_enabled():
+                assert isinstance(self.predictor, LSTMEdgeDecoder)  # checked by the options
+                nll = imitation_loss(ctx, self._options(), self.node_proj, self.predictor, self._hop_cache)
+                es.aux_loss = nll * self.warm_start_imitation
+                es.stats["imitation_nll"] = float(nll.detach())
         else:
             opt = self._options()
             check_memory(ctx, opt)
@@ -304,6 +323,8 @@ class SAC(EdgeProducer):
             parts.append("no_repeat=False")
         if self.warm_start:
             parts.append(f"warm_start={self.warm_start}")
+        if self.warm_start_imitation:
+            parts.append(f"warm_start_imitation={self.warm_start_imitation:g}")
         return ", ".join(parts)
 
 
