@@ -271,7 +271,7 @@ def test_pg_lr_gives_the_policy_parameters_their_own_learning_rate(mirror):
     # without it: one group, as before the option existed
     tr = Trainer({**cfg, "pg_lr": None}, task, 0, None)
     assert len(tr.optimizer.param_groups) == 1
-    with pytest.raises(ValueError, match="'pg_lr'.*has none"):
+    with pytest.raises(ValueError, match=r"'pg_lr'.*has none"):
         Trainer({**cfg, "producer": "input", "pg_lr": 0.001}, task, 0, None)
 
 
