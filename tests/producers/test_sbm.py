@@ -405,6 +405,21 @@ def test_no_cross_graph_edges(sampler, sizes, seed, shuffle, training):
     assert es.stats["per_graph_head"]["sampled_edges"].shape == (G, 2)
 
 
+@pytest.mark.parametrize("sizes", [[9], [5, 1, 7]])
+def test_per_graph_head_counts_are_the_sampled_edges(sizes):
+    """The statistics count the sampled and exploration edges (not the added self-loops) of every
+    (graph, head), for one graph (no batch gather) and for a batch alike."""
+    batch = make_batch(sizes)
+    layer, prod = layer_and_sbm()
+    prod.train()
+    _, es = run_layer(layer, prod, batch.x, batch.batch, generator=torch.Generator().manual_seed(3))
+    drawn = es.origin != origin_code("self_loop")
+    cell = batch.batch[es.edge_index[1][drawn]] * 2 + es.head[drawn]
+    expected = torch.bincount(cell, minlength=len(sizes) * 2).view(len(sizes), 2)
+    counts = es.stats["per_graph_head"]["sampled_edges"]
+    assert torch.equal(counts, expected) and es.stats["sampled_edges"] == float(expected.sum())
+
+
 def test_empty_batch_and_single_node():
     layer, prod = layer_and_sbm()
     prod.train()

@@ -59,7 +59,11 @@ def dedupe(edges: SampledEdges, num_nodes: int, num_heads: int) -> SampledEdges:
     N, H = num_nodes, num_heads
     if N * N * H >= 2**62:
         raise ValueError(f"too many nodes ({N}) x heads ({H}) to de-duplicate with int64 keys")
-    keep, pair = unique_first((edges.query * H + edges.head) * N + edges.key)
+    flat = edges.query * H  # (query · H + head) · N + key, in place (one allocation)
+    flat += edges.head
+    flat *= N
+    flat += edges.key
+    keep, pair = unique_first(flat)
     # the indices from the sorted keys themselves (a division is cheaper than a random gather)
     row, key = torch.div(pair, N, rounding_mode="floor"), pair % N
     return SampledEdges(torch.div(row, H, rounding_mode="floor"), key, row % H, edges.kind[keep])

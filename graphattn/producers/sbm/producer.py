@@ -357,7 +357,10 @@ def _stats(ctx: ProducerContext, drawn: SampledEdges, gated: Tensor, expected: T
     G = sizes.numel()
     n2 = sizes.to(torch.float64) ** 2
     pairs = float(n2.sum())
-    gh = ctx.batch[drawn.query[gated]] * H + drawn.head[gated]
+    if G == 1:  # one graph: the (graph, head) cell is the head (no gather of the batch vector)
+        gh = drawn.head[gated]
+    else:
+        gh = ctx.batch[drawn.query[gated]] * H + drawn.head[gated]
     sampled = torch.bincount(gh, minlength=G * H).view(G, H)
     density = torch.where(n2[:, None] > 0, sampled / n2[:, None].clamp(min=1), torch.zeros_like(n2[:, None]))
     nonempty = sizes > 0
