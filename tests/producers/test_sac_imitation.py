@@ -137,3 +137,13 @@ def test_without_imitation_nothing_changes_and_no_draw_is_made():
 def test_imitation_options_are_checked(kw, match):
     with pytest.raises(ValueError, match=match):
         sac(**kw)
+
+
+@pytest.mark.parametrize("sizes", [[1], [1, 1], [2], [0]])
+def test_tiny_graphs_without_input_neighbours_give_a_zero_loss(sizes):
+    graphs = [Data(x=torch.randn(n, 5, dtype=torch.float64), edge_index=torch.empty(2, 0, dtype=torch.long),
+                   num_nodes=n) for n in sizes]
+    batch = Batch.from_data_list(graphs)
+    p = sac(alpha=1, channels=5)
+    es = p(batch.x, batch.batch, data=batch, num_heads=1)
+    assert float(es.aux_loss) == 0.0 and es.stats["imitation_nll"] == 0.0
