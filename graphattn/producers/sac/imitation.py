@@ -25,14 +25,13 @@ import torch
 from torch import Tensor
 from torch_geometric.nn import Linear
 
-from graphattn.core.edgeset import EdgeSet
 from graphattn.producers.base import ProducerContext
-from graphattn.producers.sac.candidates import candidate_counts, candidate_rows, hop_distances
+from graphattn.producers.sac.candidates import candidate_counts, candidate_rows
 from graphattn.producers.sac.config import SACOptions
 from graphattn.producers.sac.distances import HopCache
 from graphattn.producers.sac.layout import SACLayout, layout
 from graphattn.producers.sac.lstm import LSTMEdgeDecoder
-from graphattn.producers.sac.paths import lstm_budget, origin_budget, run_lstm
+from graphattn.producers.sac.paths import hop_table, lstm_budget, origin_budget, run_lstm
 
 
 def imitation_actions(ctx: ProducerContext, opt: SACOptions, lay: SACLayout, cache: HopCache
@@ -40,11 +39,10 @@ def imitation_actions(ctx: ProducerContext, opt: SACOptions, lay: SACLayout, cac
     """``((origin [B, T], dest [B, T]), weight [B, T])``: the forced sequence of the imitation loss
     (local ids; the all-nodes-connected schedule) and which of its slots are input in-neighbours
     (the others: padding and filler slots). The random order of each origin's neighbours is drawn
-    from the call's generator (``ctx.generator``; the global RNG if ``None``)."""
+    from the call's generator (``ctx.generator``; the global RNG if ``None``). ``ctx.data.edge_index``
+    must be validated already (the producer builds the warm start's input edges first)."""
     B, W, dev = lay.num_graphs, lay.width, lay.emb.device
-    table = None
-    if opt.needs_hops and B and W:
-        table = cache.table(hop_distances(ctx, lay.ptr, cache, opt.max_distance), B, W, opt.max_dense)
+    table = hop_table(ctx, lay, opt, cache)
     cand_count = candidate_counts(opt, lay.n, W, table)
     no_repeat = opt.no_repeat_in("forced")
     budget, sched = lstm_budget(opt, lay.n, cand_count, no_repeat, W)
@@ -57,9 +55,7 @@ def imitation_actions(ctx: ProducerContext, opt: SACOptions, lay: SACLayout, cac
     real = torch.arange(W, device=dev)[None, None] < lay.n[:, None, None]
     rows = candidate_rows(opt, o_all, W, table)
     cand = (real if rows is None else rows & real).expand(B, W, W)
-    ei = ctx.data.edge_index
-    EdgeSet(ei, num_heads=1).validate(ctx.num_nodes, ctx.batch)
-    src, dst = ei
+    src, dst = ctx.data.edge_index  # validated by the warm start's input edges (InputEdges)
     g = ctx.batch[dst]
     neigh = torch.zeros(B, W, W, dtype=torch.bool, device=dev)
     loop = src == dst

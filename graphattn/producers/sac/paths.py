@@ -124,14 +124,20 @@ def lstm_budget(opt: SACOptions, n: Tensor, cand_count: Tensor, no_repeat: bool,
     return budget, None
 
 
+def hop_table(ctx: ProducerContext, lay: SACLayout, opt: SACOptions, cache: HopCache) -> Tensor | None:
+    """The ``[B, W, W]`` input-graph hop buckets the options read (``None`` when none does)."""
+    B, W = lay.num_graphs, lay.width
+    if not (opt.needs_hops and B and W):
+        return None
+    return cache.table(hop_distances(ctx, lay.ptr, cache, opt.max_distance), B, W, opt.max_dense)
+
+
 def run_lstm(ctx: ProducerContext, lay: SACLayout, opt: SACOptions, decoder: LSTMEdgeDecoder,
              cache: HopCache, actions: tuple[Tensor, Tensor] | None) -> Decoded:
     """The paper's sequential predictor: budgets, origin schedule, candidate masks and distance
     buckets as a :class:`~graphattn.producers.sac.decoding.DecodePlan`, decoded by ``decoder``."""
     emb, n, B, W = lay.emb, lay.n, lay.num_graphs, lay.width
-    table = None
-    if opt.needs_hops and B and W:
-        table = cache.table(hop_distances(ctx, lay.ptr, cache, opt.max_distance), B, W, opt.max_dense)
+    table = hop_table(ctx, lay, opt, cache)
     cand_count = candidate_counts(opt, n, W, table)
     mode = "forced" if actions is not None else opt.mode(ctx)
     no_repeat = opt.no_repeat_in(mode)
