@@ -28,7 +28,9 @@ SUBCOMMANDS = {
     "viz": ("graphattn.viz.cli", "draw the attention a trained model uses on one sample "
                                  "(HTML viewer or PNG/PDF/SVG figures)"),
     "table": ("graphattn.runner.table", "one results table (mean ± std over seeds, parameters, "
-                                        "epochs, time, command) from finished run folders"),
+                                        "epochs, time, command) from finished run folders, or "
+                                        "with --against each run against a reference (Welch's "
+                                        "t-test)"),
     "league": ("graphattn.runner.league", "the paper mechanisms and the static baselines under "
                                           "one protocol per task: trains what is missing, writes "
                                           "the league table"),

@@ -12,7 +12,9 @@ spreadsheet); ``--out FILE`` writes it to a file.
 A results table in the documentation sits between ``<!-- results-table: RUN_DIR ... -->`` and
 ``<!-- /results-table -->``, the marker naming its run folders (relative to the repository root);
 ``graphattn table --update-docs DOC ...`` rewrites every such block from its folders, and a test
-regenerates each one and compares.
+regenerates each one and compares. ``--against REF_DIR`` gives a comparison table instead (each
+run against the reference, with Welch's t-test on test and validation; ``graphattn.runner.compare``),
+and ``--update-docs`` rewrites ``<!-- comparison-table: REF_DIR RUN_DIR ... -->`` blocks too.
 """
 
 from __future__ import annotations
@@ -151,11 +153,30 @@ def update_doc_tables(text: str, root: str | Path = ".") -> str:
     return replace_blocks(text, DOC_START, DOC_END, lambda b: table_of(b.args.split(), root))
 
 
+def update_docs(text: str, root: str | Path = ".") -> str:
+    """``text`` with every results-table and comparison-table block rewritten from its folders; a
+    :class:`ValueError` when it has neither kind."""
+    from graphattn.runner.compare import DOC_START as COMPARE_START
+    from graphattn.runner.compare import update_comparison_tables
+
+    has_results = bool(doc_tables(text))
+    has_comparisons = any(line.startswith(COMPARE_START) for line in text.splitlines())
+    if not (has_results or has_comparisons):
+        raise ValueError(f"no '{DOC_START} ... -->' or '{COMPARE_START} ... -->' markers to put a "
+                         f"table between")
+    if has_results:
+        text = update_doc_tables(text, root)
+    return update_comparison_tables(text, root) if has_comparisons else text
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("runs", nargs="*", metavar="RUN_DIR", help="folders written by 'graphattn run'")
     p.add_argument("--update-docs", nargs="+", metavar="DOC",
                    help="rewrite every '<!-- results-table: RUN_DIR ... -->' block of each DOC from "
                         "the folders its marker names (relative to the current folder)")
+    p.add_argument("--against", metavar="REF_DIR",
+                   help="a comparison table: each RUN_DIR against the run in REF_DIR (difference "
+                        "of the means and Welch's t-test p-value, on test and on validation)")
     p.add_argument("--format", choices=["markdown", "csv"], default="markdown",
                    help="table format (default: markdown)")
     p.add_argument("--out", metavar="FILE", help="write the table to FILE (default: print it)")
@@ -166,12 +187,27 @@ def main(args: argparse.Namespace) -> int:
         if args.runs:
             raise ValueError("--update-docs takes its run folders from each block's marker; give "
                              "no RUN_DIR with it")
+        if getattr(args, "against", None):
+            raise ValueError("--update-docs takes the reference from each comparison block's "
+                             "marker; give no --against with it")
         for doc in args.update_docs:
             path = Path(doc)
-            path.write_text(update_doc_tables(path.read_text(encoding="utf-8")), encoding="utf-8")
+            path.write_text(update_docs(path.read_text(encoding="utf-8")), encoding="utf-8")
         return 0
     if not args.runs:
         raise ValueError("give the run folders (RUN_DIR ...) or --update-docs DOC ...")
+    if getattr(args, "against", None):
+        from graphattn.runner.compare import comparison_rows
+        from graphattn.runner.compare import render as render_comparison
+
+        if args.format != "markdown":
+            raise ValueError("--against writes a Markdown table; leave out --format csv")
+        table = render_comparison(comparison_rows(args.against, args.runs))
+        if args.out:
+            Path(args.out).write_text(table, encoding="utf-8")
+        else:
+            print(table, end="")
+        return 0
     rows, unfinished = [], []
     for run in args.runs:
         try:
