@@ -27,7 +27,7 @@ from scipy import stats
 from graphattn.runner.config import DEFAULTS
 from graphattn.runner.doc_tables import find_blocks, replace_blocks
 from graphattn.runner.folders import _run_config
-from graphattn.runner.table import read_run
+from graphattn.runner.run_row import read_run
 
 COLUMNS = ("task", "model", "differs from the reference", "seeds", "params", "test",
            "test − ref (Welch p)", "val", "val − ref (Welch p)")

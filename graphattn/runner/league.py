@@ -42,6 +42,7 @@ from graphattn.runner.protocols import (
     task_validity,
     train_folder,
 )
+from graphattn.runner.run_row import read_run
 from graphattn.runner.search import (
     SEARCH,
     cell_setting,
@@ -50,7 +51,7 @@ from graphattn.runner.search import (
     run_search,
     search_table,
 )
-from graphattn.runner.table import read_run, render
+from graphattn.runner.table import render
 
 __all__ = ["CPU_TIER", "ENTRANTS", "GPU_TIER", "LEAGUE_SEEDS", "NOT_APPLICABLE", "PAPER",
            "PROTOCOLS", "REFERENCES", "league_config", "league_table", "run_dir", "run_league",

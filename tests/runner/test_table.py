@@ -54,7 +54,7 @@ def test_table_refuses_a_folder_without_a_finished_run(tmp_path, capsys):
 
 
 def test_producer_labels_keep_every_option():
-    from graphattn.runner.table import _producer
+    from graphattn.runner.run_row import _producer
 
     spec = {"name": "union", "producers": ["input", {"name": "expander", "degree": 3}, "virtual"],
             "origin_bias": True}
