@@ -14,8 +14,7 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from scipy import stats
-
+from graphattn.runner.compare import welch_p
 from graphattn.runner.protocols import (
     ENTRANTS,
     GPU_TIER,
@@ -81,10 +80,9 @@ def evaluate(out: str | Path, claim: Claim) -> dict[str, str]:
     row = {"entrant": _summary(a) if a else "not run", "reference": _summary(b) if b else "not run",
            "difference": "", "p": "", "status": ""}
     if len(a) >= 2 and len(b) >= 2:
-        diff = statistics.mean(a) - statistics.mean(b)
-        row["difference"] = f"{diff:+.3f}"
-        if statistics.stdev(a) > 0 or statistics.stdev(b) > 0:  # else the test is undefined
-            row["p"] = f"{stats.ttest_ind(a, b, equal_var=False).pvalue:.2g}"
+        row["difference"] = f"{statistics.mean(a) - statistics.mean(b):+.3f}"
+        p = welch_p(a, b)
+        row["p"] = "" if p is None else f"{p:.2g}"
     valid, _ = task_validity(out, claim.task)
     if len(a) < LEAGUE_SEEDS or len(b) < LEAGUE_SEEDS:
         row["status"] = "pending (GPU tier)" if claim.task in GPU_TIER else "pending"

@@ -54,16 +54,21 @@ def _metric(run: Path, key: str) -> list[float]:
     return [float(json.loads(line)[key]) for line in lines if line.strip()]
 
 
-def difference(values: list[float], reference: list[float]) -> str:
-    """``+0.0091 (p = 0.097)``: the difference of the means, and Welch's two-sided p-value where
-    the test is defined (two or more seeds on each side, some spread)."""
-    diff = f"{statistics.mean(values) - statistics.mean(reference):+.4f}"
+def welch_p(values: list[float], reference: list[float]) -> float | None:
+    """Welch's two-sided p-value of ``values`` against ``reference``; ``None`` where the test is
+    undefined (fewer than two values on a side, or no spread on either)."""
     if len(values) < 2 or len(reference) < 2:
-        return diff
+        return None
     if statistics.stdev(values) == 0 and statistics.stdev(reference) == 0:
-        return diff
-    p = stats.ttest_ind(values, reference, equal_var=False).pvalue
-    return f"{diff} (p = {p:.2g})"
+        return None
+    return float(stats.ttest_ind(values, reference, equal_var=False).pvalue)
+
+
+def difference(values: list[float], reference: list[float]) -> str:
+    """``+0.0091 (p = 0.097)``: the difference of the means, and :func:`welch_p` where defined."""
+    diff = f"{statistics.mean(values) - statistics.mean(reference):+.4f}"
+    p = welch_p(values, reference)
+    return diff if p is None else f"{diff} (p = {p:.2g})"
 
 
 def comparison_rows(reference: str | Path, runs: list[str | Path]) -> list[dict[str, str]]:

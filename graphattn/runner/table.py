@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from graphattn.runner.compare import DOC_START as COMPARE_START
-from graphattn.runner.compare import comparison_rows, update_comparison_tables
+from graphattn.runner.compare import comparison_rows, doc_comparisons, update_comparison_tables
 from graphattn.runner.compare import render as render_comparison
 from graphattn.runner.doc_tables import find_blocks, replace_blocks
 from graphattn.runner.run_row import read_run
@@ -79,7 +79,7 @@ def update_docs(text: str, root: str | Path = ".") -> str:
     """``text`` with every results-table and comparison-table block rewritten from its folders; a
     :class:`ValueError` when it has neither kind."""
     has_results = bool(doc_tables(text))
-    has_comparisons = any(line.startswith(COMPARE_START) for line in text.splitlines())
+    has_comparisons = bool(doc_comparisons(text))
     if not (has_results or has_comparisons):
         raise ValueError(f"no '{DOC_START} ... -->' or '{COMPARE_START} ... -->' markers to put a "
                          f"table between")
