@@ -1,6 +1,6 @@
 r"""Why the SBM-Transformer's citation cells draw the same graph in every seed: its league cell
 (``benchmarks/results/league/<task>/sbm/config.json``: Adam at 0.005 with L2 5e-4 on every
-parameter, as GAT) trained for a few epochs under two treatments of weight decay, printing after
+parameter, as GAT) trained for a few epochs under three treatments of weight decay, printing after
 every epoch the standard deviation of each layer's cluster embeddings :math:`C` and query
 projection :math:`W_Q`, and the first layer's sampled and expected density of the training step:
 
@@ -27,7 +27,7 @@ import torch
 
 from graphattn.producers import EdgeProducer
 from graphattn.runner.build import build_configured_task, prepare_task
-from graphattn.runner.config import resolve_config
+from graphattn.runner.config import load_config_file, resolve_config
 from graphattn.runner.trainer import Trainer
 
 QK = ("lin_query", "lin_key")
@@ -38,8 +38,7 @@ def main(mode: str, seed: int, epochs: int, task_name: str = "cora") -> None:
     if mode not in MODES:
         raise SystemExit(f"MODE must be one of {MODES}, got {mode!r}")
     torch.set_num_threads(1)
-    with open(f"benchmarks/results/league/{task_name}/sbm/config.json") as f:
-        league = json.load(f)
+    league = load_config_file(f"benchmarks/results/league/{task_name}/sbm/config.json")
     cfg = resolve_config({k: v for k, v in league.items()
                           if k not in ("seeds", "out", "resume", "threads", "progress")})
     task = prepare_task(build_configured_task(cfg), cfg)

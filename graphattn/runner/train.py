@@ -58,6 +58,7 @@ def run_experiment(config: dict[str, Any], *, command: str | None = None) -> dic
     data set and the run folder first and writes every file."""
     cfg = resolve_config(config)
     check_device(cfg["device"])
+    threads_before = torch.get_num_threads()
     if cfg["threads"]:
         torch.set_num_threads(int(cfg["threads"]))
     else:
@@ -70,6 +71,7 @@ def run_experiment(config: dict[str, Any], *, command: str | None = None) -> dic
         return out
     finally:
         D.teardown(world, synchronize=finished)
+        torch.set_num_threads(threads_before)  # ``threads`` holds for the run, not the caller after it
 
 
 def _run(cfg: dict[str, Any], world: D.World | None, device: str,

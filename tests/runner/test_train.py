@@ -469,3 +469,21 @@ def test_a_busy_machine_is_noted_once_when_threads_are_not_set(monkeypatch, caps
     monkeypatch.setattr(train_module.os, "getloadavg", lambda: (0.2, 1.0, 1.0))
     train_module._note_busy_machine()
     assert capsys.readouterr().err == ""
+
+
+def test_threads_hold_for_the_run_and_are_restored_after_it(mirror, monkeypatch):
+    """``threads`` sets torch's intra-op threads for the run only: the caller's count is back
+    afterwards (a test or notebook that ran ``threads=1`` once is not left on one thread)."""
+    before = torch.get_num_threads()
+    target = 2 if before == 1 else 1
+    seen: list[int] = []
+    set_threads = torch.set_num_threads
+
+    def spy(n: int) -> None:
+        seen.append(n)
+        set_threads(n)
+
+    monkeypatch.setattr(torch, "set_num_threads", spy)
+    run_experiment({**SMALL, "seeds": [0], "epochs": 1, "threads": target})
+    assert seen == [target, before]
+    assert torch.get_num_threads() == before
