@@ -45,6 +45,7 @@ from graphattn.runner.protocols import (
 from graphattn.runner.run_row import read_run
 from graphattn.runner.search import (
     SEARCH,
+    adopt_search_seed,
     cell_setting,
     chosen,
     keep_default,
@@ -123,7 +124,8 @@ def run_league(tasks: list[str], entrants: list[str], *, seeds: list[int], out: 
     with the setting its search chose (:func:`graphattn.runner.search.chosen`; a cell whose search
     has not finished is an error); a default cell whose search chose another setting is replaced
     (its search seed first copied to the search's setting 0, :func:`~graphattn.runner.search.
-    keep_default`)."""
+    keep_default`); a tuned cell starts from the search's run of its setting
+    (:func:`~graphattn.runner.search.adopt_search_seed`), so only the other seeds train."""
     status: dict[tuple[str, str], str] = {}
     for task in tasks:
         for entrant in entrants:
@@ -150,6 +152,9 @@ def run_league(tasks: list[str], entrants: list[str], *, seeds: list[int], out: 
             if finished and not replace:
                 status[(task, entrant)] = "reused"
                 continue
+            if best and not rerun and adopt_search_seed(out, task, entrant, best, cfg,
+                                                        replace=replace):
+                replace = False  # the cell now holds the setting's search seed: resume it
             try:
                 train_folder(cfg, rerun=replace, threads=threads, progress=progress)
             except Exception as exc:  # reported in the table with keep_going

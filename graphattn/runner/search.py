@@ -162,6 +162,40 @@ def keep_default(out: str | Path, task: str, entrant: str) -> None:
             (target / f"seed{seed}" / name).write_text(src.read_text())
 
 
+def adopt_search_seed(out: str | Path, task: str, entrant: str, setting: int,
+                      cfg: dict[str, Any], *, replace: bool) -> bool:
+    """Starts the ``--tuned`` cell ``cfg`` (a run of ``setting``) from the search's own run of
+    that setting: its search seed's ``result.json`` and ``history.json`` are copied into the
+    cell, which then holds ``cfg``'s configuration, so the run resumes there and trains only the
+    other seeds (the seed is the same configuration trained from the same seed: training it again
+    would only repeat it). A run of another configuration in the cell is removed first when
+    ``replace`` (else the cell is left for the trainer to refuse); one of ``cfg``'s keeps its other
+    seeds. Returns whether it did so: not when the search's seed is missing, made by another
+    configuration, or not among ``cfg``'s seeds, nor when the cell holds that seed already."""
+    from graphattn.runner.config import resolve_config
+    from graphattn.runner.folders import _claim_run_folder, _finished_seed
+
+    seed = SEARCH_SEEDS[0]
+    source = search_dir(out, task, entrant, setting)
+    cell = Path(cfg["out"])
+    resolved = resolve_config(cfg)  # what the trainer compares a seed's configuration with
+    if (seed not in cfg["seeds"] or _finished_seed(source, seed, resolved) is None
+            or _finished_seed(cell, seed, resolved) is not None):
+        return False
+    exists, _, diff = earlier_run(cell, cfg)
+    if diff and not replace:
+        return False
+    _claim_run_folder(cell, overwrite=bool(diff), resume=exists and not diff)
+    (cell / f"seed{seed}").mkdir(exist_ok=True)
+    for name in ("result.json", "history.json"):
+        src = source / f"seed{seed}" / name
+        if src.is_file():
+            (cell / f"seed{seed}" / name).write_text(src.read_text())
+    if not exists or diff:
+        (cell / "config.json").write_text(json.dumps(resolved, indent=2, default=str))
+    return True
+
+
 def cell_setting(folder: Path, task: str, entrant: str) -> int | None:
     """Which of the entrant's settings the run in ``folder`` was trained with (``0``: the
     default; ``None``: none of them, e.g. a ``--set`` protocol, or no run)."""

@@ -167,6 +167,62 @@ def test_tuned_replaces_a_default_cell_and_the_search_keeps_its_default(tiny_lis
                       tuned=True) == {("listops", "window+global"): "reused"}
 
 
+def _mark_chosen(out, entrant, setting, val=2.0):
+    """Makes ``setting``'s search seed the best on validation, in ``results.jsonl`` and in its
+    ``seed0/result.json`` (whose configuration stays), so a copy of it can be told from a rerun."""
+    folder = search_dir(out, "listops", entrant, setting)
+    row = json.loads((folder / "results.jsonl").read_text())
+    (folder / "results.jsonl").write_text(json.dumps({**row, "val": val}) + "\n")
+    saved = json.loads((folder / "seed0" / "result.json").read_text())
+    saved["result"]["val"] = val
+    (folder / "seed0" / "result.json").write_text(json.dumps(saved))
+
+
+def _seed_vals(folder):
+    return {r["seed"]: r["val"] for r in map(json.loads, (folder / "results.jsonl").read_text()
+                                             .splitlines())}
+
+
+def test_tuned_starts_from_the_search_seed_of_its_setting_and_trains_the_others(tiny_listops):
+    """The search's run of the chosen setting is seed 0 of the tuned cell (the same configuration
+    and seed): it is copied, not trained again; the other seeds train; ``--rerun`` trains all."""
+    out = tiny_listops
+    run_league(["listops"], ["window+global"], seeds=[0, 1], out=out, progress=False)
+    run_search(["listops"], ["window+global"], out=out, progress=False)
+    _mark_chosen(out, "window+global", 2)
+    assert chosen(out, "listops", "window+global") == 2
+    cell = run_dir(out, "listops", "window+global")
+    assert run_league(["listops"], ["window+global"], seeds=[0, 1], out=out, progress=False,
+                      tuned=True) == {("listops", "window+global"): "trained"}
+    vals = _seed_vals(cell)
+    assert vals[0] == 2.0 and 0.0 <= vals[1] <= 1.0  # seed 0 copied, seed 1 trained
+    ran = json.loads((cell / "config.json").read_text())
+    assert ran["producer"]["producers"][0] == {"name": "window", "window": 8}
+    assert json.loads((cell / "summary.json").read_text())["seeds"] == [0, 1]
+    assert chosen(out, "listops", "window+global") == 2  # the default's seed 0 was kept
+    assert run_league(["listops"], ["window+global"], seeds=[0, 1], out=out, progress=False,
+                      tuned=True) == {("listops", "window+global"): "reused"}
+    run_league(["listops"], ["window+global"], seeds=[0, 1], out=out, progress=False,
+               tuned=True, rerun=True)
+    assert _seed_vals(cell)[0] <= 1.0  # --rerun trains seed 0 again
+
+
+def test_tuned_leaves_a_cell_of_another_setting_to_be_refused(tiny_listops):
+    """A cell trained with another non-default setting is not the search's to replace: the
+    trainer refuses it (naming what differs) and nothing in it is removed."""
+    out = tiny_listops
+    run_search(["listops"], ["window+global"], out=out, progress=False)
+    cell = run_dir(out, "listops", "window+global")
+    run_league(["listops"], ["window+global"], seeds=[0], out=out, progress=False,
+               overrides=SEARCH["window+global"][1])
+    before = (cell / "results.jsonl").read_text()
+    _mark_chosen(out, "window+global", 3)
+    with pytest.raises(ValueError, match="holds a run of another configuration"):
+        run_league(["listops"], ["window+global"], seeds=[0], out=out, progress=False,
+                   tuned=True)
+    assert (cell / "results.jsonl").read_text() == before
+
+
 def test_a_setting_goes_over_the_entrant_and_under_nothing_else(monkeypatch):
     """A setting's keys replace the entrant's and the protocol's (read at call time)."""
     monkeypatch.setitem(SEARCH, "converter", ({}, {"attn_dropout": 0.2}))
