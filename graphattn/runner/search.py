@@ -138,6 +138,19 @@ def setting_result(out: str | Path, task: str, entrant: str, setting: int
     return own
 
 
+def _copy_seed(source: Path, target: Path, seed: int) -> None:
+    """Copies one finished seed's files (:data:`~graphattn.runner.folders.SEED_FILES`: its result
+    with the configuration that made it, and its history) from run folder ``source`` into
+    ``target``; no checkpoints."""
+    from graphattn.runner.folders import SEED_FILES
+
+    (target / f"seed{seed}").mkdir(parents=True, exist_ok=True)
+    for name in SEED_FILES:
+        src = source / f"seed{seed}" / name
+        if src.is_file():
+            (target / f"seed{seed}" / name).write_text(src.read_text())
+
+
 def keep_default(out: str | Path, task: str, entrant: str) -> None:
     """Copies the league cell's search seed (its config, result, summary and history: what the
     search reads) into setting 0's search folder, before ``--tuned`` replaces the default cell; a
@@ -149,17 +162,13 @@ def keep_default(out: str | Path, task: str, entrant: str) -> None:
     if _seed_result(target, seed) is not None or row is None or not _same_config(
             cell, setting_config(task, entrant, 0, seeds=[seed], out=cell)):
         return
-    (target / f"seed{seed}").mkdir(parents=True, exist_ok=True)
+    _copy_seed(cell, target, seed)
     config = json.loads((cell / "config.json").read_text())
     config.update(seeds=[seed], out=str(target))
     (target / "config.json").write_text(json.dumps(config, indent=1))
     (target / "results.jsonl").write_text(json.dumps(row) + "\n")
     summary = json.loads((cell / "summary.json").read_text())
     (target / "summary.json").write_text(json.dumps({**summary, "seeds": [seed]}, indent=1))
-    for name in ("history.json", "result.json"):
-        src = cell / f"seed{seed}" / name
-        if src.is_file():
-            (target / f"seed{seed}" / name).write_text(src.read_text())
 
 
 def adopt_search_seed(out: str | Path, task: str, entrant: str, setting: int,
@@ -186,11 +195,7 @@ def adopt_search_seed(out: str | Path, task: str, entrant: str, setting: int,
     if diff and not replace:
         return False
     _claim_run_folder(cell, overwrite=bool(diff), resume=exists and not diff)
-    (cell / f"seed{seed}").mkdir(exist_ok=True)
-    for name in ("result.json", "history.json"):
-        src = source / f"seed{seed}" / name
-        if src.is_file():
-            (cell / f"seed{seed}" / name).write_text(src.read_text())
+    _copy_seed(source, cell, seed)
     if not exists or diff:
         (cell / "config.json").write_text(json.dumps(resolved, indent=2, default=str))
     return True
