@@ -216,6 +216,24 @@ def _folder_lock(out_dir: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+def _write_config(out_dir: Path, cfg: dict[str, Any]) -> None:
+    """Writes ``config.json`` under the folder lock, after :func:`_claim_run_folder`. Its ``seeds``
+    are this run's and those of a ``config.json`` already there: a run it resumes, or another
+    process training other seeds into the same folder (which joins it with ``--resume``, possibly
+    before the first process wrote its own), so the file lists every seed the folder holds, as
+    ``results.jsonl`` does. (A replaced run's ``config.json`` was removed by the claim.)"""
+    seeds = list(cfg["seeds"])
+    with _folder_lock(out_dir):
+        try:
+            earlier = json.loads((out_dir / "config.json").read_text()).get("seeds")
+        except (OSError, ValueError, AttributeError):
+            earlier = None  # no readable config.json yet: this run's seeds
+        if isinstance(earlier, list) and all(isinstance(s, int) for s in earlier):
+            seeds = sorted(set(earlier) | set(seeds))
+        (out_dir / "config.json").write_text(json.dumps({**cfg, "seeds": seeds}, indent=2,
+                                                        default=str))
+
+
 def _write_results(out_dir: Path, results: list[dict[str, Any]], cfg: dict[str, Any],
                    command: str | None) -> None:
     """Writes ``results.jsonl``, ``summary.json`` (with the ``command`` that made the run, for

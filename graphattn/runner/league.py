@@ -204,6 +204,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--search", action="store_true",
                    help="run the tuning search instead of the league: every setting of each "
                         "entrant (graphattn.runner.search.SEARCH) on seed 0, chosen on validation")
+    p.add_argument("--settings", type=int, nargs="+", default=None, metavar="I",
+                   help="with --search: train only these settings of each entrant (default: all; "
+                        "each setting is its own run, so processes given different settings can "
+                        "share the work)")
     p.add_argument("--tuned", action="store_true",
                    help="train each cell with the setting its search chose")
     p.add_argument("--rerun", action="store_true", help="train finished cells again")
@@ -227,6 +231,8 @@ def main(args: argparse.Namespace) -> int:
     train = CPU_TIER if args.tasks is None else args.tasks
     if args.search:
         return _search_main(args, train, tasks)
+    if args.settings is not None:
+        raise ValueError("--settings picks settings of the tuning search: it needs --search")
     if not args.table_only:
         seeds = list(range(LEAGUE_SEEDS)) if args.seeds is None else args.seeds
         status = run_league(train, args.entrants, seeds=seeds, out=args.out,
@@ -274,10 +280,13 @@ def _search_main(args: argparse.Namespace, train: list[str], tasks: list[str]) -
         raise ValueError("--search trains seed 0 of each entrant's settings on the league's "
                          "protocols (the same budget for all): it takes no --set, --seeds or "
                          "--tuned")
+    if args.table_only and args.settings is not None:
+        raise ValueError("--settings picks the settings to train: --table-only trains nothing")
     status: dict[tuple[str, str, int], str] = {}
     if not args.table_only:
         status = run_search(train, args.entrants, out=args.out, threads=args.threads,
-                            progress=args.progress, rerun=args.rerun, keep_going=args.keep_going)
+                            progress=args.progress, rerun=args.rerun, keep_going=args.keep_going,
+                            settings=args.settings)
     table = search_table(args.out, tasks, args.entrants)
     for doc in args.update_docs:
         path = Path(doc)

@@ -234,17 +234,36 @@ def _choose(rows: list[dict[str, Any] | None]) -> int | None:
     return best if vals[best] >= vals[0] + SEARCH_MARGIN else 0
 
 
+def check_settings(settings: list[int] | None) -> list[int] | None:
+    """``settings`` (``None``: all) as :func:`run_search` takes them: a :class:`ValueError` unless
+    each is an int in ``[0, MAX_SETTINGS)``."""
+    if settings is None:
+        return None
+    bad = [s for s in settings
+           if isinstance(s, bool) or not isinstance(s, int) or not 0 <= s < MAX_SETTINGS]
+    if bad or not settings:
+        raise ValueError(f"'settings' must be setting indices in [0, {MAX_SETTINGS}), got "
+                         f"{settings!r}")
+    return sorted(set(settings))
+
+
 def run_search(tasks: list[str], entrants: list[str], *, out: str | Path,
                threads: int | None = None, progress: bool = True, rerun: bool = False,
-               keep_going: bool = False) -> dict[tuple[str, str, int], str]:
+               keep_going: bool = False, settings: list[int] | None = None
+               ) -> dict[tuple[str, str, int], str]:
     """Trains every setting not run yet (:func:`setting_result`; ``rerun``: every setting but a
-    default the league cell holds); returns each one's status."""
+    default the league cell holds), or only those of ``settings`` (indices; ``None``: all); returns
+    each one's status. Settings are independent runs in their own folders, so processes given
+    different ``settings`` can train one entrant's search at the same time."""
+    only = check_settings(settings)
     status: dict[tuple[str, str, int], str] = {}
     for task in tasks:
         for entrant in entrants:
             if (entrant, task) in NOT_APPLICABLE:
                 continue
             for i in range(len(SEARCH[entrant])):
+                if only is not None and i not in only:
+                    continue
                 folder = search_dir(out, task, entrant, i)
                 cfg = setting_config(task, entrant, i, seeds=list(SEARCH_SEEDS), out=folder)
                 in_cell = i == 0 and _seed_result(folder, SEARCH_SEEDS[0]) is None

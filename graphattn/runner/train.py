@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from pathlib import Path
@@ -21,6 +20,7 @@ from graphattn.runner.folders import (
     _check_same_run,
     _claim_run_folder,
     _finished_seed,
+    _write_config,
     _write_results,
     _write_seed,
     summarise,
@@ -88,7 +88,7 @@ def _run(cfg: dict[str, Any], world: D.World | None, device: str,
         if cfg["resume"]:
             _check_same_run(out_dir, cfg)
             _check_continuable(out_dir, cfg)
-        (out_dir / "config.json").write_text(json.dumps(cfg, indent=2, default=str))
+        _write_config(out_dir, cfg)
     task = prepare_task(build_configured_task(cfg), cfg)
     if first:
         D.barrier(world)

@@ -81,6 +81,34 @@ def test_every_setting_trains_and_the_default_is_the_league_cell(tiny_listops):
         assert row.split("|")[2].split(" / ")[best].strip().startswith("**")
 
 
+def test_settings_split_an_entrants_search_between_processes(tiny_listops, capsys):
+    out = tiny_listops
+    run_league(["listops"], ["window+global"], seeds=[0], out=out, progress=False)
+    first = run_search(["listops"], ["window+global"], out=out, progress=False, settings=[3, 1])
+    assert first == {("listops", "window+global", 1): "trained",
+                     ("listops", "window+global", 3): "trained"}
+    assert not search_dir(out, "listops", "window+global", 2).exists()
+    # the rest, as another process would: the finished settings are reused, not retrained
+    rest = run_search(["listops"], ["window+global"], out=out, progress=False)
+    assert rest == {("listops", "window+global", 0): "reused",
+                    ("listops", "window+global", 1): "reused",
+                    ("listops", "window+global", 2): "trained",
+                    ("listops", "window+global", 3): "reused"}
+    with pytest.raises(ValueError, match=r"'settings' must be setting indices in \[0, 4\), got "
+                                         r"\[4\]"):
+        run_search(["listops"], ["window+global"], out=out, progress=False, settings=[4])
+    with pytest.raises(ValueError, match="'settings' must be setting indices"):
+        run_search(["listops"], ["window+global"], out=out, progress=False, settings=[])
+    capsys.readouterr()
+    base = ["league", "--tasks", "listops", "--entrants", "window+global", "--out", str(out)]
+    assert cli([*base, "--settings", "2"]) == 2  # not without --search
+    assert "--settings picks settings of the tuning search: it needs --search" in \
+        capsys.readouterr().err
+    assert cli([*base, "--search", "--table-only", "--settings", "2"]) == 2
+    assert "--table-only trains nothing" in capsys.readouterr().err
+    assert cli([*base, "--search", "--settings", "2", "--no-progress"]) == 0  # reused
+
+
 def _write(folder, cfg, val, test):
     folder.mkdir(parents=True)
     (folder / "config.json").write_text(json.dumps(resolve_config(cfg), default=str))

@@ -167,6 +167,8 @@ def test_two_processes_training_different_seeds_into_one_folder_keep_every_seed(
     rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     assert [r["seed"] for r in rows] == [0, 1, 2]
     assert json.loads((out / "summary.json").read_text())["seeds"] == [0, 1, 2]
+    # config.json too: each joining process adds its seeds to those the folder holds
+    assert json.loads((out / "config.json").read_text())["seeds"] == [0, 1, 2]
     for s in (0, 1, 2):
         saved = json.loads((out / f"seed{s}" / "result.json").read_text())
         assert saved["result"]["seed"] == s and saved["config"]["task"] == "mutag"
