@@ -18,16 +18,14 @@ from torch.profiler import ProfilerActivity, profile
 
 from graphattn.runner.build import build_configured_task, prepare_task
 from graphattn.runner.config import load_config_file, resolve_config
+from graphattn.runner.folders import _run_config
 from graphattn.runner.trainer import Trainer
-
-#: how the league ran the cell, not what it computes
-HOW = ("seeds", "out", "resume", "overwrite", "threads", "progress")
 
 
 def main(task_name: str, entrant: str, epochs: int = 1, rows: int = 20) -> None:
     torch.set_num_threads(1)
     league = load_config_file(f"benchmarks/results/league/{task_name}/{entrant}/config.json")
-    cfg = resolve_config({k: v for k, v in league.items() if k not in HOW})
+    cfg = resolve_config(_run_config(league))  # what the cell computes, not how it was run
     trainer = Trainer(cfg, prepare_task(build_configured_task(cfg), cfg), 0, None)
     start = time.perf_counter()
     trainer.train_epoch()

@@ -28,6 +28,7 @@ import torch
 from graphattn.producers import EdgeProducer
 from graphattn.runner.build import build_configured_task, prepare_task
 from graphattn.runner.config import load_config_file, resolve_config
+from graphattn.runner.folders import _run_config
 from graphattn.runner.trainer import Trainer
 
 QK = ("lin_query", "lin_key")
@@ -39,8 +40,7 @@ def main(mode: str, seed: int, epochs: int, task_name: str = "cora") -> None:
         raise SystemExit(f"MODE must be one of {MODES}, got {mode!r}")
     torch.set_num_threads(1)
     league = load_config_file(f"benchmarks/results/league/{task_name}/sbm/config.json")
-    cfg = resolve_config({k: v for k, v in league.items()
-                          if k not in ("seeds", "out", "resume", "threads", "progress")})
+    cfg = resolve_config(_run_config(league))  # what the cell computes, not how it was run
     task = prepare_task(build_configured_task(cfg), cfg)
     trainer = Trainer(cfg, task, seed, None)
     model = trainer.model
